@@ -1,0 +1,72 @@
+"""Sybil runs every page: its Python, its claims in document order, and the number lint.
+
+A page's code cells, python fences and invisible blocks run in one namespace per page; each
+claim is evaluated in that namespace after the code above it. A claim that does not hold and a
+number that is neither a claim nor a marked non-claim each fail with the file and the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sybil import Region, Sybil
+from sybil.evaluators.python import PythonEvaluator
+from sybil.parsers.myst import CodeBlockParser, PythonCodeBlockParser
+
+from trainmath import claims
+
+ROOT = Path(__file__).parent
+
+
+def _relative(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return path
+
+
+def _evaluate_claim(example) -> str | None:
+    claim: claims.Claim = example.parsed
+    path = _relative(example.path)
+    try:
+        value, failure = claim.verify(example.namespace)
+    except claims.ClaimError as exc:
+        return f"{path}:{claim.line}: cannot check {claim.raw!r}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - an expression that raises is a failed claim
+        return f"{path}:{claim.line}: `{claim.expr}` raised {type(exc).__name__}: {exc}"
+    return claim.failure(path, value, failure) if failure else None
+
+
+def _evaluate_unchecked(example) -> str:
+    return example.parsed.message(_relative(example.path))
+
+
+def claim_parser(document):
+    """One region per claim: evaluated after the code above it, in the page's namespace."""
+    for claim in claims.scan(document.text).claims:
+        yield Region(claim.start, claim.end, claim, _evaluate_claim)
+
+
+def lint_parser(document):
+    """One failing region per number that is neither a claim nor marked as not a claim."""
+    for number in claims.scan(document.text).unchecked:
+        yield Region(number.start, number.end, number, _evaluate_unchecked)
+
+
+_code = [
+    PythonCodeBlockParser(),
+    CodeBlockParser(language="ipython3", evaluator=PythonEvaluator()),
+]
+
+pages = Sybil(
+    parsers=[*_code, claim_parser, lint_parser],
+    patterns=["docs/*.md"],
+    excludes=["docs/_build/*"],
+    name="pages",
+)
+# README and CONTRIBUTING: their examples and claims run, but they may talk about numbers
+# (Python versions, timings) without the lint.
+guides = Sybil(parsers=[*_code, claim_parser], patterns=["README.md", "CONTRIBUTING.md"],
+               name="guides")
+
+pytest_collect_file = (pages + guides).pytest()

@@ -1,0 +1,29 @@
+"""trainmath: the arithmetic of large-model training, checked.
+
+One module per topic, pure functions over small frozen dataclasses:
+
+- :mod:`trainmath.units`: byte quantities that know GB (10^9) from GiB (2^30);
+- :mod:`trainmath.memory`: bytes per parameter of training state, and totals;
+- :mod:`trainmath.models`: transformer shapes and their parameter counts;
+- :mod:`trainmath.activations`: the bytes a layer saves for backward;
+- :mod:`trainmath.claims`: the checked numbers of the documentation pages.
+"""
+
+from .activations import activation_bytes, layer_activation_bytes
+from .memory import bytes_per_param, training_state
+from .models import param_count, preset
+from .units import GB, Bytes, GiB, parse_bytes
+
+__all__ = [
+    "GB",
+    "Bytes",
+    "GiB",
+    "activation_bytes",
+    "bytes_per_param",
+    "layer_activation_bytes",
+    "param_count",
+    "parse_bytes",
+    "preset",
+    "training_state",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,194 @@
+"""Bytes per parameter of training state, and their totals for a model of N parameters.
+
+Training keeps four kinds of state per parameter (Rajbhandari et al. 2020, *ZeRO*, §3.1):
+
+- **weights** used in the forward and backward passes, in the compute precision;
+- **gradients**, in the compute precision;
+- **master weights**, an fp32 copy the optimizer updates, when compute is 16-bit
+  (Micikevicius et al. 2018, *Mixed Precision Training*, §3.1);
+- **optimizer states**: Adam's first and second moments m and v (Kingma & Ba 2015,
+  Algorithm 1), SGD's momentum buffer, or nothing for plain SGD.
+
+ZeRO §3.1 counts mixed-precision Adam as 2Ψ + 2Ψ + KΨ bytes with K = 12 (master weights,
+m and v in fp32): 16 bytes per parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .units import Bytes, choice, positive_int
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A precision recipe: bytes for each kind of state, per parameter or per optimizer value."""
+
+    name: str
+    weights: int
+    gradients: int
+    master_weights: int
+    #: bytes of each optimizer-state value (a moment or momentum entry)
+    state_value: int
+    description: str
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(
+            "fp32", 4, 4, 0, 4,
+            "everything in fp32; the weights are their own master copy",
+        ),
+        Recipe(
+            "fp16-mixed", 2, 2, 4, 4,
+            "fp16 weights and gradients for compute, fp32 master weights and optimizer states "
+            "(Micikevicius et al. 2018; ZeRO §3.1)",
+        ),
+        Recipe(
+            "bf16-mixed", 2, 2, 4, 4,
+            "bf16 weights and gradients for compute, fp32 master weights and optimizer states "
+            "(Kalamkar et al. 2019; ZeRO §3.1)",
+        ),
+        Recipe(
+            "bf16", 2, 2, 0, 2,
+            "pure bf16: weights, gradients and optimizer states in bf16, no fp32 master copy "
+            "(Zamirai et al. 2020, Revisiting BFloat16 Training)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """What an optimizer keeps per parameter."""
+
+    name: str
+    #: optimizer-state values per parameter (Adam: m and v; momentum SGD: one buffer)
+    states: int
+    #: bytes per state value, or None to use the recipe's ``state_value``
+    state_bytes: int | None
+    #: extra bytes per parameter (8-bit Adam's block-wise quantisation constants)
+    overhead: Fraction
+    description: str
+
+
+#: Block size of 8-bit Adam's block-wise quantisation (Dettmers et al. 2022, §2.1: B = 2048).
+ADAM_8BIT_BLOCK = 2048
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    o.name: o
+    for o in (
+        Optimizer("adam", 2, None, Fraction(0),
+                  "first moment m and second moment v (Kingma & Ba 2015, Algorithm 1)"),
+        Optimizer("adamw", 2, None, Fraction(0),
+                  "m and v, as Adam; weight decay adds no state (Loshchilov & Hutter 2019)"),
+        Optimizer("sgd", 0, None, Fraction(0), "no state: the update uses the gradient only"),
+        Optimizer("sgd-momentum", 1, None, Fraction(0),
+                  "one momentum buffer (torch.optim.SGD with momentum > 0)"),
+        Optimizer(
+            "adam-8bit", 2, 1, Fraction(2 * 4, ADAM_8BIT_BLOCK),
+            "m and v quantised to 1 byte each, plus one fp32 absmax per block of "
+            f"{ADAM_8BIT_BLOCK} values for each (Dettmers et al. 2022, 8-bit Optimizers "
+            "via Block-wise Quantization, §2)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    """Bytes of each kind of training state for one parameter."""
+
+    weights: int | Fraction
+    gradients: int | Fraction
+    master_weights: int | Fraction
+    optimizer_states: int | Fraction
+
+    @property
+    def total(self) -> int | Fraction:
+        return self.weights + self.gradients + self.master_weights + self.optimizer_states
+
+    @property
+    def beyond_weights(self) -> int | Fraction:
+        """Everything but the compute weights: what a "parameters × 2 bytes" estimate misses."""
+        return self.total - self.weights
+
+    @property
+    def optimizer_side(self) -> int | Fraction:
+        """Master weights plus optimizer states: ZeRO's K (K = 12 for mixed-precision Adam)."""
+        return self.master_weights + self.optimizer_states
+
+
+def recipe(name: str) -> Recipe:
+    """The precision recipe called ``name``; a ValueError lists the known ones."""
+    return RECIPES[choice("precision", name, RECIPES)]
+
+
+def optimizer(name: str) -> Optimizer:
+    """The optimizer called ``name``; a ValueError lists the known ones."""
+    return OPTIMIZERS[choice("optimizer", name, OPTIMIZERS)]
+
+
+def bytes_per_param(precision: str = "bf16-mixed", optimizer_name: str = "adamw") -> BytesPerParam:
+    """Bytes per parameter for a precision recipe and an optimizer.
+
+    >>> bytes_per_param("bf16-mixed", "adamw").total
+    16
+    """
+    r = recipe(precision)
+    o = optimizer(optimizer_name)
+    value_bytes = r.state_value if o.state_bytes is None else o.state_bytes
+    states = o.states * value_bytes + o.overhead
+    if isinstance(states, Fraction) and states.denominator == 1:
+        states = int(states)
+    return BytesPerParam(r.weights, r.gradients, r.master_weights, states)
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """Memory of each kind of training state for a whole model (no activations)."""
+
+    params: int
+    weights: Bytes
+    gradients: Bytes
+    master_weights: Bytes
+    optimizer_states: Bytes
+
+    @property
+    def total(self) -> Bytes:
+        return self.weights + self.gradients + self.master_weights + self.optimizer_states
+
+    @property
+    def optimizer_side(self) -> Bytes:
+        """Master weights plus optimizer states."""
+        return self.master_weights + self.optimizer_states
+
+    def parts(self) -> dict[str, Bytes]:
+        """Each kind of state by name, in the order the pages list them."""
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "master weights": self.master_weights,
+            "optimizer states": self.optimizer_states,
+        }
+
+
+def training_state(
+    params: int, precision: str = "bf16-mixed", optimizer_name: str = "adamw"
+) -> TrainingState:
+    """Model-state memory for ``params`` parameters (ZeRO §3.1: (2 + 2 + K)Ψ bytes).
+
+    >>> str(training_state(7 * 10**9).total)
+    '112 GB'
+    """
+    n = positive_int("params", params)
+    per = bytes_per_param(precision, optimizer_name)
+    return TrainingState(
+        params=n,
+        weights=Bytes(n * per.weights),
+        gradients=Bytes(n * per.gradients),
+        master_weights=Bytes(n * per.master_weights),
+        optimizer_states=Bytes(n * per.optimizer_states),
+    )
