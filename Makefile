@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed
 LOCK   := requirements/constraints.txt
 HTML   := docs/_build/html
 
-.PHONY: help test docs serve lock clean
+.PHONY: help test docs serve validate lock clean
 
 help:
 	@echo "make test   run unit tests, every page's examples and claims, and the number lint"
 	@echo "make docs   build the site into $(HTML) (warnings are errors)"
 	@echo "make serve  rebuild and reload the site while you edit"
+	@echo "make validate  check the library against real PyTorch on the CPU (installs torch)"
 	@echo "make lock   regenerate $(LOCK) from the newest compatible releases"
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -27,6 +28,14 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html docs $(HTML)
 	@echo "Built the site: open $(abspath $(HTML))/index.html"
 
+# PyTorch (CPU build, pinned in pyproject.toml) only for `make validate`, so `make test` stays light.
+$(VENV)/.installed-validate: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) -e '.[docs,test,validate]'
+	touch $@
+
+validate: $(VENV)/.installed-validate
+	$(PY) -m pytest -q -p no:cacheprovider validate
+
 serve: $(STAMP)
 	$(VENV)/bin/sphinx-autobuild -n docs $(HTML) --watch src --ignore '*/jupyter_execute/*'
 
@@ -36,7 +45,8 @@ lock:
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip setuptools
 	.lock-venv/bin/python -m pip install --quiet -e '.[docs,test]'
-	.lock-venv/bin/python -m pip freeze --all --exclude-editable | grep -v '^trainmath' > $(LOCK)
+	.lock-venv/bin/python -m pip install --quiet -e '.[validate]'
+	.lock-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -e '^trainmath' -e '^torch==' > $(LOCK)
 	rm -rf .lock-venv
 
 clean:

@@ -58,10 +58,18 @@ _code = [
     CodeBlockParser(language="ipython3", evaluator=PythonEvaluator()),
 ]
 
+def _close_figures(namespace) -> None:
+    """Pages draw with matplotlib; free each page's figures when its examples are done."""
+    plt = namespace.get("plt")
+    if plt is not None:
+        plt.close("all")
+
+
 pages = Sybil(
     parsers=[*_code, claim_parser, lint_parser],
     patterns=["docs/*.md"],
     excludes=["docs/_build/*"],
+    teardown=_close_figures,
     name="pages",
 )
 # README and CONTRIBUTING: their examples and claims run, but they may talk about numbers

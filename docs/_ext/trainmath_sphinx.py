@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import html
 import io
-import os
 import re
 import sys
 from collections import defaultdict, deque
@@ -78,7 +77,10 @@ def evaluate_page(app, docname: str, source: list[str]) -> None:
     env.tm_claims[docname] = results
     if not page.claims:
         return
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    if "matplotlib" not in sys.modules:  # draw off-screen here; the kernel keeps its own backend
+        import matplotlib
+
+        matplotlib.use("Agg")
     namespace: dict = {"__name__": f"trainmath_page_{docname}"}
     try:
         with contextlib.redirect_stdout(io.StringIO()):
