@@ -85,6 +85,9 @@ def test_comparisons_compare_exactly():
 def test_about_needs_a_stated_tolerance():
     assert verdict("about 30%", 0.33, Fraction(5)) is None
     assert "more than ±5" in verdict("about 30%", 0.36, Fraction(5))
+    # a tolerance is in the stated unit, count suffix included: "about 0.45M ± 0.01" is ±10,000
+    assert verdict("about 0.45M", 452_452, Fraction(1, 100)) is None
+    assert verdict("about 0.45M", 470_000, Fraction(1, 100)) is not None
     with pytest.raises(ClaimError, match="gives no tolerance"):
         verdict("about 30%", 0.3)
     with pytest.raises(ClaimError, match="a tolerance is only for 'about'"):

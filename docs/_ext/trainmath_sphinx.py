@@ -8,7 +8,7 @@
   hold is a build warning (an error under ``-W``), so the site can never show a wrong number.
 - Pages depend on the library's source, so editing ``src/trainmath`` rebuilds them.
 - After the build, any page that loads a script, stylesheet or image from the network is a
-  warning: the site must work offline.
+  warning (the site must work offline), and so is MyST markup that reached the HTML as text.
 """
 
 from __future__ import annotations
@@ -124,14 +124,24 @@ _EXTERNAL = re.compile(
 )
 
 
-def check_offline(app, exception) -> None:
-    """Warn about any page that loads a resource from the network."""
+#: A directive that reached the HTML as text: a fence the parser did not take (for example a
+#: backtick fence whose opening line holds backticks, such as a claim in a dropdown title).
+_UNRENDERED = re.compile(r"(?:`{3,}|:{3,})\{[\w:-]+\}")
+
+
+def check_html(app, exception) -> None:
+    """Warn about a page that loads a resource from the network or shows raw MyST markup."""
     if exception or app.builder.format != "html":
         return
     for page in Path(app.outdir).rglob("*.html"):
-        for match in _EXTERNAL.finditer(page.read_text(encoding="utf-8")):
-            logger.warning("%s loads a network resource: %s", page.relative_to(app.outdir),
-                           match.group(0)[:160])
+        text = page.read_text(encoding="utf-8")
+        name = page.relative_to(app.outdir)
+        for match in _EXTERNAL.finditer(text):
+            logger.warning("%s loads a network resource: %s", name, match.group(0)[:160])
+        if "_sources" not in name.parts:
+            for match in _UNRENDERED.finditer(re.sub(r"<pre>.*?</pre>", "", text, flags=re.S)):
+                logger.warning("%s shows unrendered markup %r: use a ::: fence for a directive "
+                               "whose first line holds backticks", name, match.group(0))
 
 
 def purge(app, env, docname) -> None:
@@ -146,7 +156,7 @@ def setup(app):
     app.add_role("nonclaim", nonclaim_role)
     app.connect("source-read", evaluate_page)
     app.connect("env-purge-doc", purge)
-    app.connect("build-finished", check_offline)
+    app.connect("build-finished", check_html)
     app.add_css_file("claims.css")
     return {"version": "1.0", "parallel_read_safe": False, "parallel_write_safe": True,
             "env_version": 1}

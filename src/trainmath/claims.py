@@ -101,6 +101,8 @@ class Statement:
     unit: str
     #: half a unit in the last written place: the rounding an equality claim allows
     half_ulp: Fraction
+    #: the count multiplier written after the number ("7B": 10^9); tolerances scale with it
+    scale: int = 1
 
     @property
     def is_bytes(self) -> bool:
@@ -141,7 +143,7 @@ def parse_statement(text: str) -> Statement:
     if scale != 1 and unit:
         raise ClaimError(f"{text!r} has both a count suffix and a unit; write one of them")
     qualifier = QUALIFIERS.get(m["qual"] or "", "=")
-    return Statement(text, qualifier, sign * value * scale, unit, half_ulp * scale)
+    return Statement(text, qualifier, sign * value * scale, unit, half_ulp * scale, scale)
 
 
 # ---------------------------------------------------------------------------------------
@@ -209,8 +211,10 @@ def check(statement: Statement, computed: object, tolerance: Fraction | None = N
                 f"{statement.text!r} says 'about' but gives no tolerance; write <expr ± t> "
                 "with t in the stated unit"
             )
-        ok = abs(got - stated) <= tolerance
-        return None if ok else f"computed {shown}, more than ±{_fmt(tolerance)} from {_fmt(stated)}"
+        ok = abs(got - stated) <= tolerance * statement.scale
+        return None if ok else (
+            f"computed {shown}, more than ±{_fmt(tolerance * statement.scale)} from {_fmt(stated)}"
+        )
     if tolerance is not None:
         raise ClaimError(
             f"{statement.text!r} is an equality or a comparison; a tolerance is only for 'about'"
