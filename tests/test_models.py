@@ -1,6 +1,9 @@
+from dataclasses import replace
+
 import pytest
 
-from trainmath.models import PRESETS, param_breakdown, param_count, preset, shape
+from trainmath.models import (PRESETS, gpt_shape, is_gpt_style, megatron_omissions,
+                              megatron_param_count, param_breakdown, param_count, preset, shape)
 
 
 def test_llama_2_7b_parameter_count_is_exact():
@@ -46,6 +49,82 @@ def test_bad_shapes(kwargs, message):
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match="unknown model preset 'llama-9'; accepted: llama-2-7b"):
+    with pytest.raises(ValueError, match="unknown model preset 'llama-9'; accepted: llama-2-7b, llama-2-70b, llama-3-8b, "
+                       "llama-3-70b, mistral-7b, gpt-3-175b$"):
         preset("llama-9")
     assert "llama-2-7b" in PRESETS
+
+
+# --- presets: published exact counts --------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("llama-2-7b", 6_738_415_616),   # HF meta-llama/Llama-2-7b-hf
+        ("llama-3-8b", 8_030_261_248),   # HF meta-llama/Meta-Llama-3-8B
+        ("mistral-7b", 7_241_732_096),   # HF mistralai/Mistral-7B-v0.1
+        ("llama-2-70b", 68_976_648_192),  # HF meta-llama/Llama-2-70b-hf
+        ("llama-3-70b", 70_553_706_496),  # HF meta-llama/Meta-Llama-3-70B
+    ],
+)
+def test_preset_counts_are_the_published_ones(name, published):
+    assert param_count(preset(name)) == published
+
+
+def test_every_preset_names_its_source():
+    assert set(PRESETS) == {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
+                            "mistral-7b", "gpt-3-175b"}
+    for m in PRESETS.values():
+        assert "et al." in m.source and len(m.source) > 30, m.name
+
+
+def test_gqa_shrinks_only_the_key_and_value_projections():
+    """Llama-3-8B: 8 key-value heads of 128, so K and V are 4096 × 1024 each."""
+    m = preset("llama-3-8b")
+    assert (m.kv_heads, m.head_dim, m.kv_dim) == (8, 128, 1024)
+    parts = param_breakdown(m)
+    assert parts.per_layer_attention == 2 * 4096 * 4096 + 2 * 4096 * 1024
+    assert parts.per_layer_mlp == 3 * 4096 * 14336
+    assert parts.per_layer_norms == 2 * 4096  # two RMSNorm gains, no biases
+    assert parts.embedding == parts.lm_head == 128256 * 4096
+    # Mistral-7B is the same layer with Llama 2's 32000-token vocabulary
+    mistral = preset("mistral-7b")
+    assert param_breakdown(mistral).per_layer == parts.per_layer
+    assert param_count(m) - param_count(mistral) == 2 * (128256 - 32000) * 4096
+
+
+def test_gpt3_175b():
+    m = preset("gpt-3-175b")
+    assert is_gpt_style(m) and m.tied_embeddings and m.positions == 2048
+    assert param_count(m) == 174_604_259_328  # Brown et al. 2020 round this to 175.0B
+    assert param_breakdown(m).lm_head == 0
+
+
+# --- Megatron-LM's closed form and exactly what it leaves out --------------------------------
+
+@pytest.mark.parametrize(
+    ("l", "h", "a", "v", "s"),
+    [(96, 12288, 96, 50257, 2048), (24, 1024, 16, 50257, 1024), (48, 6144, 64, 51200, 2048), (2, 8, 2, 11, 5)],
+)
+def test_megatron_formula_misses_only_the_final_layernorm(l, h, a, v, s):
+    """Narayanan et al. 2021 §5.1: P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)) = 12lh² + 13lh + (V+s)h."""
+    m = gpt_shape("gpt", layers=l, hidden=h, heads=a, vocab=v, positions=s)
+    assert megatron_param_count(m) == 12 * l * h * h + 13 * l * h + (v + s) * h
+    assert megatron_omissions(m) == {"final LayerNorm (gain and bias)": 2 * h}
+    assert param_count(m) - megatron_param_count(m) == 2 * h
+
+
+def test_megatron_formula_untied_misses_the_lm_head_too():
+    h, v = 768, 50257
+    m = gpt_shape("gpt", layers=12, hidden=h, heads=12, vocab=v, positions=1024, tied_embeddings=False)
+    assert megatron_omissions(m) == {"final LayerNorm (gain and bias)": 2 * h,
+                                     "untied output projection (LM head)": v * h}
+    assert param_count(m) - megatron_param_count(m) == 2 * h + v * h
+
+
+def test_megatron_formula_refuses_llama_shapes():
+    with pytest.raises(ValueError, match=r"GPT-style shapes only .* 'llama-2-7b' has mlp='swiglu', ffn=11008"):
+        megatron_param_count(preset("llama-2-7b"))
+    with pytest.raises(ValueError, match="'gpt' has no learned positions"):
+        megatron_param_count(replace(gpt_shape("gpt", layers=2, hidden=8, heads=2, vocab=11, positions=5),
+                                     positions=0))

@@ -5,11 +5,16 @@ One module per topic, pure functions over small frozen dataclasses:
 - :mod:`trainmath.units`: byte quantities that know GB (10^9) from GiB (2^30);
 - :mod:`trainmath.memory`: bytes per parameter of training state, and totals;
 - :mod:`trainmath.models`: transformer shapes and their parameter counts;
-- :mod:`trainmath.activations`: the bytes a layer saves for backward;
-- :mod:`trainmath.claims`: the checked numbers of the documentation pages.
+- :mod:`trainmath.activations`: the bytes a layer saves for backward, tensor by tensor;
+- :mod:`trainmath.precision`: floating-point formats, rounding and loss scaling;
+- :mod:`trainmath.sharding`: ZeRO stages, FSDP strategies, their traffic and FSDP2's bytes;
+- :mod:`trainmath.parallelism`: dp × tp × pp × cp layouts: per-device memory, traffic, bubble;
+- :mod:`trainmath.compute`: training FLOPs, GPU peaks, MFU/HFU and time to train;
+- :mod:`trainmath.claims`: the checked numbers of the documentation pages;
+- :mod:`trainmath.cli`: the ``trainmath`` command.
 """
 
-from .activations import activation_bytes, layer_activation_bytes
+from .activations import activation_bytes, layer_activation_bytes, layer_activations, stage_activations
 from .memory import bytes_per_param, training_state
 from .models import param_count, preset
 from .units import GB, Bytes, GiB, parse_bytes
@@ -21,9 +26,11 @@ __all__ = [
     "activation_bytes",
     "bytes_per_param",
     "layer_activation_bytes",
+    "layer_activations",
     "param_count",
     "parse_bytes",
     "preset",
+    "stage_activations",
     "training_state",
 ]
 __version__ = "0.1.0"

@@ -8,15 +8,25 @@ saves
     sbh(34 + 5as/h)  bytes
 
 for sequence length s, micro-batch b, hidden size h and a heads. :data:`KORTHIKANTI_LAYER` lists
-the tensors behind the 34 and the 5, as §4.1 derives them.
+the tensors behind the 34 and the 5, as §4.1 derives them; :func:`layer_activation_bytes` is eq. 1.
+
+:func:`layer_activations` derives the same count tensor by tensor for any shape of
+:mod:`trainmath.models` (GeLU or SwiGLU, MHA or GQA, LayerNorm or RMSNorm, dropout or not,
+eager or FlashAttention) with tensor, sequence and context parallelism and selective or full
+recomputation; for GPT shapes it reproduces every row of Korthikanti et al.'s Table 2, and
+validate/test_saved_tensors.py checks it byte for byte against what PyTorch saves.
+:func:`stage_activations` adds the pipeline schedule (§4.2.3) and the embedding and output
+layer (§4.3).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fractions import Fraction
+
 from .models import ModelShape
-from .units import Bytes, positive_int
+from .units import Bytes, choice, positive_int
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,338 @@ def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
     """Eq. 1 times the number of layers, for ``model``'s h, a and L.
 
     Eq. 1 counts a GPT-style layer; for other architectures (SwiGLU, GQA, no dropout,
-    FlashAttention) it is an estimate, not a count.
+    FlashAttention) it is an estimate, not a count: :func:`layer_activations` counts them.
     """
     return layer_activation_bytes(s, b, model.hidden, model.heads) * model.layers
+
+
+# ---------------------------------------------------------------------------------------
+# Any shape, tensor by tensor
+# ---------------------------------------------------------------------------------------
+
+ATTENTION_KINDS = ("eager", "flash")
+RECOMPUTE_KINDS = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor (one storage) saved for backward, with its bytes on one device.
+
+    ``statistic`` marks the norms' per-token statistics (LayerNorm's mean and 1/σ, RMSNorm's
+    1/rms): Korthikanti et al. 2022 §4.1 leave such small buffers out of their count.
+    """
+
+    block: str
+    name: str
+    bytes: Bytes
+    statistic: bool = False
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """The tensors one layer saves for backward on one device, for one micro-batch."""
+
+    tensors: tuple[Saved, ...]
+
+    @property
+    def total(self) -> Bytes:
+        """Every saved tensor: what ``saved_tensors_hooks`` counts (validate/test_saved_tensors.py)."""
+        return sum((t.bytes for t in self.tensors), Bytes(0))
+
+    @property
+    def korthikanti(self) -> Bytes:
+        """The count as Korthikanti et al. 2022 make it: without the norms' statistics."""
+        return sum((t.bytes for t in self.tensors if not t.statistic), Bytes(0))
+
+    @property
+    def statistics(self) -> Bytes:
+        """The norms' per-token statistics alone (the difference of the two totals)."""
+        return self.total - self.korthikanti
+
+    def by_block(self) -> dict[str, Bytes]:
+        """Bytes per block ("norms", "attention", "MLP"), statistics included."""
+        blocks: dict[str, Bytes] = {}
+        for t in self.tensors:
+            blocks[t.block] = blocks.get(t.block, Bytes(0)) + t.bytes
+        return blocks
+
+
+def _divides(what: str, n: int, k: int, by: str) -> None:
+    if n % k:
+        raise ValueError(f"{what} {n} is not divisible by {by} {k}; accepted: a multiple of {k}")
+
+
+def layer_activations(
+    model: ModelShape,
+    s: int,
+    b: int,
+    *,
+    t: int = 1,
+    sequence_parallel: bool = False,
+    cp: int = 1,
+    recompute: str = "none",
+    attention: str = "eager",
+    value_bytes: int = 2,
+    mask_bytes: int = 1,
+    stat_bytes: int = 4,
+) -> LayerActivations:
+    """The tensors one layer of ``model`` saves for backward, on one device.
+
+    Derived from what each operation keeps for its gradient (Korthikanti et al. 2022, §4.1,
+    generalised to any shape of :mod:`trainmath.models`), for sequence length ``s`` and
+    micro-batch ``b``, with ``value_bytes`` per activation (2: bf16/fp16), ``mask_bytes`` per
+    dropout-mask entry (1: a bool mask) and ``stat_bytes`` per norm statistic (4: fp32, as
+    the CUDA LayerNorm/RMSNorm kernels keep them).
+
+    - **norms** save their input and per-token statistics; their output is the saved input of
+      the next projections (one storage, counted once).
+    - **attention**, ``attention="eager"``: Q, K and V (K and V repeated to all a heads first,
+      as Megatron-LM and Hugging Face do for grouped-query attention), the softmax output
+      (a·s² per sequence) and, with dropout, its mask and the dropped-out probabilities.
+      ``attention="flash"`` (Dao et al. 2022, §3.1; Dao 2023, FlashAttention-2, which PyTorch's
+      kernels follow): Q, K and V at their own widths (kv_heads heads for K and V), the output
+      O and one fp32 log-sum-exp per head and token; no s×s tensor. With dropout the kernel keeps only its RNG seed and offset,
+      which are not counted. The output projection's input is O (or, eager, the re-laid-out
+      context), counted once.
+    - **MLP**: GeLU saves its input and the second projection's input (2 × ffn wide); SwiGLU
+      saves the gate and up outputs, the SiLU output and their product (4 × ffn wide).
+    - dropout after attention and after the MLP saves a mask of ``mask_bytes`` per value.
+
+    Parallelism (Korthikanti et al. 2022 §4.2, Table 2): with tensor parallel size ``t`` the
+    tensors inside the column/row-parallel region are split t ways; the norms, their outputs
+    (the projections' inputs) and the dropout masks are replicated unless
+    ``sequence_parallel`` splits them along the sequence. ``cp`` (context parallelism:
+    Liu et al. 2023, Ring Attention; Megatron-Core's context parallel) splits every tensor
+    along the sequence; it is modelled with ``attention="flash"`` only, since ring attention
+    never materialises the s×s scores.
+
+    Recomputation (§5): ``"selective"`` recomputes the attention core and so drops the s×s
+    tensors; ``"full"`` keeps only the layer's input (2sbh, split by t only with sequence
+    parallelism). For a GPT-style shape with eager attention, :attr:`LayerActivations.korthikanti`
+    equals every row of Table 2 exactly (tests/test_activations.py).
+    """
+    s = positive_int("s (sequence length)", s)
+    b = positive_int("b (micro-batch size)", b)
+    t = positive_int("t (tensor-parallel size)", t)
+    cp = positive_int("cp (context-parallel size)", cp)
+    value_bytes = positive_int("value_bytes", value_bytes)
+    mask_bytes = positive_int("mask_bytes", mask_bytes)
+    stat_bytes = positive_int("stat_bytes", stat_bytes)
+    recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
+    attention = choice("attention", attention, ATTENTION_KINDS)
+    _divides("heads", model.heads, t, "t (tensor-parallel size)")
+    _divides("kv_heads", model.kv_heads, t, "t (tensor-parallel size)")
+    _divides("ffn", model.ffn, t, "t (tensor-parallel size)")
+    if sequence_parallel:
+        _divides("s (sequence length)", s, t * cp, "t × cp")
+    elif cp > 1:
+        _divides("s (sequence length)", s, cp, "cp (context-parallel size)")
+    if cp > 1 and attention != "flash":
+        raise ValueError(
+            f"context parallelism (cp = {cp}) is modelled with attention='flash' only "
+            f"(ring attention never stores the s×s scores); got attention={attention!r}"
+        )
+
+    h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
+    tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
+    tp = Fraction(1, t)  # share of a tensor-parallel-split tensor
+    rep = tp if sequence_parallel else Fraction(1)  # share of a replicated tensor
+    v, m = value_bytes, mask_bytes
+
+    def saved(block: str, name: str, n: Fraction, statistic: bool = False) -> Saved:
+        return Saved(block, name, Bytes(n), statistic)
+
+    if recompute == "full":
+        return LayerActivations((saved("layer", "layer input (checkpoint)", v * tokens * h * rep),))
+
+    stats_per_norm = 2 if model.norm == "layernorm" else 1
+    stat_name = "mean and 1/σ" if model.norm == "layernorm" else "1/rms"
+    norm_name = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
+    out: list[Saved] = []
+    for which in ("first", "second"):
+        out.append(saved("norms", f"input to the {which} {norm_name}", v * tokens * h * rep))
+        out.append(saved("norms", f"{stat_name} of the {which} {norm_name} (per token)",
+                         stat_bytes * stats_per_norm * tokens * rep, statistic=True))
+
+    # attention
+    out.append(saved("attention", "input to the Q, K, V projections", v * tokens * h * rep))
+    if attention == "eager":
+        out.append(saved("attention", "Q, input to QKᵀ", v * tokens * h * tp))
+        rep_kv = " (repeated to all a heads)" if model.kv_heads < a else ""
+        out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * h * tp))
+        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * h * tp))
+        if recompute == "none":
+            scores = Fraction(a * s * s * b) * tp  # a·s² per sequence (cp = 1 here)
+            out.append(saved("attention", "softmax output (s×s per head)", v * scores))
+            if model.dropout:
+                out.append(saved("attention", "softmax dropout mask (s×s per head)", m * scores))
+                out.append(saved("attention", "dropout output, input to attention over V",
+                                 v * scores))
+        out.append(saved("attention", "context, input to the output projection", v * tokens * h * tp))
+    else:
+        out.append(saved("attention", "Q", v * tokens * h * tp))
+        out.append(saved("attention", "K (kv_heads heads)", v * tokens * kv * tp))
+        out.append(saved("attention", "V (kv_heads heads)", v * tokens * kv * tp))
+        out.append(saved("attention", "log-sum-exp (fp32 per head and token)", 4 * tokens * a * tp))
+        out.append(saved("attention", "output O, input to the output projection", v * tokens * h * tp))
+    if model.dropout:
+        out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
+
+    # MLP
+    out.append(saved("MLP", "input to the first projection(s)", v * tokens * h * rep))
+    if model.mlp == "gelu":
+        out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * tp))
+        out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * tp))
+    else:
+        out.append(saved("MLP", "gate projection output, input to SiLU (ffn wide)", v * tokens * f * tp))
+        out.append(saved("MLP", "up projection output (ffn wide)", v * tokens * f * tp))
+        out.append(saved("MLP", "SiLU output (ffn wide)", v * tokens * f * tp))
+        out.append(saved("MLP", "SiLU(gate) × up, input to the down projection (ffn wide)",
+                         v * tokens * f * tp))
+    if model.dropout:
+        out.append(saved("MLP", "MLP dropout mask", m * tokens * h * rep))
+    return LayerActivations(tuple(out))
+
+
+def input_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
+                      sequence_parallel: bool = False, cp: int = 1, mask_bytes: int = 1) -> LayerActivations:
+    """What the embedding saves, on the first pipeline stage, for one micro-batch.
+
+    The token ids (int64, 8 bytes each: the lookup's backward scatters by them), the position
+    ids when positions are learned (8 bytes per position, one row shared by the batch), and
+    with dropout the embedding dropout mask: sbh/t with sequence parallelism, Korthikanti et
+    al. 2022 §4.3 (who count only the mask).
+    """
+    s = positive_int("s (sequence length)", s)
+    b = positive_int("b (micro-batch size)", b)
+    t = positive_int("t (tensor-parallel size)", t)
+    cp = positive_int("cp (context-parallel size)", cp)
+    rep = Fraction(1, t) if sequence_parallel else Fraction(1)
+    tokens = Fraction(s * b, cp)
+    out = [Saved("embedding", "token ids (int64)", Bytes(8 * tokens))]
+    if model.positions:
+        out.append(Saved("embedding", "position ids (int64, shared by the batch)", Bytes(Fraction(8 * s, cp))))
+    if model.dropout:
+        out.append(Saved("embedding", "embedding dropout mask", Bytes(mask_bytes * tokens * model.hidden * rep)))
+    return LayerActivations(tuple(out))
+
+
+def output_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
+                       sequence_parallel: bool = False, cp: int = 1, value_bytes: int = 2,
+                       stat_bytes: int = 4) -> LayerActivations:
+    """What the final norm, the LM head and the loss save, on the last stage, per micro-batch.
+
+    Korthikanti et al. 2022 §4.3: the final norm's input and the output projection's input
+    (2sbh/t each with sequence parallelism) and the logits that the cross entropy keeps in
+    fp32, 4sbV/t (the LM head is split over the vocabulary). Measured with PyTorch
+    (``F.cross_entropy(logits.float(), targets)``; validate/test_saved_tensors.py), the loss
+    saves exactly one fp32 tensor over the vocabulary, its log-softmax, plus the int64
+    targets and a 4-byte fp32 count of them; the 16-bit logits and their fp32 copy are not
+    saved. Transient peaks while the loss runs (logits, their fp32 copy and the log-softmax
+    at once) are not included.
+    """
+    s = positive_int("s (sequence length)", s)
+    b = positive_int("b (micro-batch size)", b)
+    t = positive_int("t (tensor-parallel size)", t)
+    cp = positive_int("cp (context-parallel size)", cp)
+    rep = Fraction(1, t) if sequence_parallel else Fraction(1)
+    tokens = Fraction(s * b, cp)
+    h, V = model.hidden, model.vocab
+    stats = 2 if model.norm == "layernorm" else 1
+    norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
+    return LayerActivations((
+        Saved("output", f"input to the final {norm}", Bytes(value_bytes * tokens * h * rep)),
+        Saved("output", f"statistics of the final {norm} (per token)",
+              Bytes(stat_bytes * stats * tokens * rep), statistic=True),
+        Saved("output", "input to the output projection (LM head)", Bytes(value_bytes * tokens * h * rep)),
+        Saved("output", "log-softmax of the logits, fp32 over the vocabulary", Bytes(4 * tokens * V / t)),
+        Saved("output", "targets (int64)", Bytes(8 * tokens)),
+        Saved("output", "count of the targets (fp32 scalar)", Bytes(4)),
+    ))
+
+
+def in_flight(p: int, *, interleave: int = 1, microbatches: int | None = None, stage: int = 0) -> Fraction:
+    """Micro-batches' worth of activations a pipeline stage holds for each of its L/p layers.
+
+    1F1B (Narayanan et al. 2021 §2.2): stage i of p (counting from 0) runs p - i forward
+    passes before its first backward, so the first stage holds p micro-batches of its L/p
+    layers, L layers' worth in all (Korthikanti et al. 2022 §4.2.3, eq. 5). Interleaved, with
+    v = ``interleave`` chunks of L/(pv) layers per device, Megatron-LM warms up
+    2(p - i - 1) + (v - 1)p chunk-micro-batches (``megatron/core/pipeline_parallel/schedules.py``),
+    so stage i holds (2(p - i - 1) + (v - 1)p + 1)/v micro-batches' worth; for the first stage
+    that is p(1 + (p-1)/(pv)), Korthikanti et al.'s interleaving factor (§4.2.3, their m is v).
+    With fewer micro-batches per step (``microbatches`` = m), a stage holds at most m.
+    """
+    p = positive_int("p (pipeline-parallel size)", p)
+    v = positive_int("interleave (model chunks per device)", interleave)
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
+        raise ValueError(f"stage must be a whole number from 0 to p - 1 = {p - 1}, got {stage!r}")
+    if v == 1:
+        held = Fraction(p - stage)
+    else:
+        held = Fraction(2 * (p - stage - 1) + (v - 1) * p + 1, v)
+    if microbatches is not None:
+        held = min(held, Fraction(positive_int("microbatches (m)", microbatches)))
+    return held
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    """Activation bytes on one device of one pipeline stage."""
+
+    per_layer: LayerActivations
+    layers_on_stage: int
+    held: Fraction
+    embedding: LayerActivations | None
+    embedding_held: int
+    output: LayerActivations | None
+
+    @property
+    def layers(self) -> Bytes:
+        """The stage's L/p layers times the micro-batches in flight."""
+        return self.per_layer.total * self.layers_on_stage * self.held
+
+    @property
+    def inputs(self) -> Bytes:
+        """The embedding's tensors for the micro-batches in flight (first stage only)."""
+        return self.embedding.total * self.embedding_held if self.embedding else Bytes(0)
+
+    @property
+    def outputs(self) -> Bytes:
+        """The final norm, LM head and loss, for one micro-batch (last stage only)."""
+        return self.output.total if self.output else Bytes(0)
+
+    @property
+    def total(self) -> Bytes:
+        return self.layers + self.inputs + self.outputs
+
+
+def stage_activations(
+    model: ModelShape, s: int, b: int, *, t: int = 1, sequence_parallel: bool = False,
+    cp: int = 1, p: int = 1, interleave: int = 1, microbatches: int | None = None,
+    stage: int = 0, recompute: str = "none", attention: str = "eager", value_bytes: int = 2,
+    mask_bytes: int = 1, stat_bytes: int = 4,
+) -> StageActivations:
+    """Activations on one device of pipeline stage ``stage`` (0, the first, holds the most).
+
+    Its L/p layers times :func:`in_flight` micro-batches; on the first stage the embedding's
+    tensors for its p micro-batches in flight (Korthikanti et al. 2022 §4.3: sbhp/t for the
+    embedding dropout mask); on the last stage the output layer's for one micro-batch (in
+    1F1B the last stage runs each backward right after its forward). With p = 1 the one
+    stage has both.
+    """
+    L = model.layers
+    p = positive_int("p (pipeline-parallel size)", p)
+    _divides("layers", L, p, "p (pipeline-parallel size)")
+    if interleave != 1:
+        _divides("layers per stage", L // p, positive_int("interleave (model chunks per device)", interleave),
+                 "interleave (model chunks per device)")
+    held = in_flight(p, interleave=interleave, microbatches=microbatches, stage=stage)
+    common = dict(t=t, sequence_parallel=sequence_parallel, cp=cp)
+    per_layer = layer_activations(model, s, b, **common, recompute=recompute, attention=attention,
+                                  value_bytes=value_bytes, mask_bytes=mask_bytes, stat_bytes=stat_bytes)
+    embedding = (input_activations(model, s, b, **common, mask_bytes=mask_bytes) if stage == 0 else None)
+    embedding_held = p if microbatches is None else min(p, microbatches)
+    output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes)
+              if stage == p - 1 else None)
+    return StageActivations(per_layer, L // p, held, embedding, embedding_held, output)

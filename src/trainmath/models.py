@@ -4,11 +4,19 @@ Notation follows Korthikanti et al. 2022 and Narayanan et al. 2021: L layers (th
 hidden size h, a attention heads, vocabulary V. A decoder layer is attention (query, key, value
 and output projections) plus an MLP plus two norms; the model adds token embeddings, a final
 norm and an output projection (the "LM head"), which may share the embedding matrix.
+
+Real models differ from the GPT shape the papers analyse: grouped-query attention (Ainslie et
+al. 2023) gives keys and values kv_heads < a heads; SwiGLU (Shazeer 2020) has three MLP
+matrices instead of two; RMSNorm (Zhang & Sennrich 2019) has a gain but no bias; rotary
+positions (Su et al. 2021) have no parameters. :data:`PRESETS` holds published shapes, each
+with its source; :func:`megatron_param_count` is the closed form Megatron-LM uses for GPT
+shapes, and :func:`megatron_omissions` names exactly what it leaves out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .units import choice, positive_int
 
@@ -136,12 +144,98 @@ def param_count(m: ModelShape) -> int:
     return param_breakdown(m).total
 
 
+def gpt_shape(name: str, *, layers: int, hidden: int, heads: int, vocab: int, positions: int,
+              tied_embeddings: bool = True, source: str = "") -> ModelShape:
+    """A GPT-style shape, the one Korthikanti et al. 2022 and Narayanan et al. 2021 analyse.
+
+    GeLU MLP of width 4h, multi-head attention (kv_heads = a), LayerNorm, biases on every
+    linear layer, dropout, learned absolute positions, tied input and output embeddings
+    (Radford et al. 2019, GPT-2; Brown et al. 2020, GPT-3 §2.1).
+    """
+    hidden = positive_int("hidden", hidden)
+    return shape(name, layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden, vocab=vocab,
+                 mlp="gelu", norm="layernorm", bias=True, tied_embeddings=tied_embeddings,
+                 positions=positions, dropout=True, source=source)
+
+
+def is_gpt_style(m: ModelShape) -> bool:
+    """True when ``m`` has the GPT layer: GeLU MLP of width 4h, MHA, LayerNorm, biases, dropout."""
+    return (m.mlp == "gelu" and m.ffn == 4 * m.hidden and m.kv_heads == m.heads
+            and m.norm == "layernorm" and m.bias and m.dropout)
+
+
+def _check_gpt_style(m: ModelShape, what: str) -> None:
+    if not is_gpt_style(m):
+        raise ValueError(
+            f"{what} holds for GPT-style shapes only (GeLU MLP of width 4h, kv_heads = heads, "
+            f"LayerNorm, biases, dropout); {m.name!r} has mlp={m.mlp!r}, ffn={m.ffn}, "
+            f"kv_heads={m.kv_heads}, heads={m.heads}, norm={m.norm!r}, bias={m.bias}, "
+            f"dropout={m.dropout}"
+        )
+
+
+def megatron_param_count(m: ModelShape) -> int:
+    """Megatron-LM's parameter count for a GPT shape: 12lh²(1 + 13/(12h) + (V + s)/(12lh)).
+
+    Narayanan et al. 2021, *Efficient Large-Scale Language Model Training on GPU Clusters
+    Using Megatron-LM*, §5.1, with l layers, hidden size h, vocabulary V and s the number of
+    learned positions. Expanded it is 12lh² + 13lh + (V + s)h: per layer 12h² weights and 13h
+    biases and LayerNorm parameters, plus one token-embedding and one position-embedding
+    matrix. :func:`megatron_omissions` lists what :func:`param_count` counts beyond it.
+    """
+    _check_gpt_style(m, "Megatron-LM's 12lh²(1 + 13/(12h) + (V+s)/(12lh))")
+    if not m.positions:
+        raise ValueError(f"{m.name!r} has no learned positions; the formula's s is their number")
+    l, h, v, s = m.layers, m.hidden, m.vocab, m.positions
+    p = 12 * l * h * h * (1 + Fraction(13, 12 * h) + Fraction(v + s, 12 * l * h))
+    return int(p)  # a whole number: 12lh² + 13lh + (V + s)h
+
+
+def megatron_omissions(m: ModelShape) -> dict[str, int]:
+    """Parameters of a GPT shape that :func:`megatron_param_count` leaves out, by name.
+
+    Always the final LayerNorm before the output layer (gain and bias, 2h); also the output
+    projection (Vh) when the embeddings are not tied, since the formula counts one V×h matrix.
+    ``param_count(m) == megatron_param_count(m) + sum(megatron_omissions(m).values())``.
+    """
+    _check_gpt_style(m, "Megatron-LM's 12lh²(1 + 13/(12h) + (V+s)/(12lh))")
+    left_out = {"final LayerNorm (gain and bias)": param_breakdown(m).final_norm}
+    if not m.tied_embeddings:
+        left_out["untied output projection (LM head)"] = param_breakdown(m).lm_head
+    return left_out
+
+
+_LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and §2.2; config.json of meta-llama/{}"
+_LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
+
 PRESETS: dict[str, ModelShape] = {
     p.name: p
     for p in (
         shape(
             "llama-2-7b", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000,
-            source="Touvron et al. 2023, Llama 2, Table 1; config.json of meta-llama/Llama-2-7b-hf",
+            source=_LLAMA2.format("Llama-2-7b-hf"),
+        ),
+        shape(
+            "llama-2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000,
+            source=_LLAMA2.format("Llama-2-70b-hf") + " (GQA with 8 key-value heads)",
+        ),
+        shape(
+            "llama-3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+            source=_LLAMA3.format("Meta-Llama-3-8B"),
+        ),
+        shape(
+            "llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256,
+            source=_LLAMA3.format("Meta-Llama-3-70B"),
+        ),
+        shape(
+            "mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
+            source="Jiang et al. 2023, Mistral 7B, Table 1; config.json of mistralai/Mistral-7B-v0.1",
+        ),
+        gpt_shape(
+            "gpt-3-175b", layers=96, hidden=12288, heads=96, vocab=50257, positions=2048,
+            source="Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1 and §2.1 "
+                   "(FFN 4h, n_ctx 2048); GPT-2's 50257-token BPE vocabulary and tied embeddings "
+                   "(Radford et al. 2019)",
         ),
     )
 }

@@ -1,0 +1,599 @@
+"""Data, tensor, pipeline and context parallelism: layouts, per-device memory, traffic, bubble.
+
+A layout places ``dp · tp · pp · cp`` GPUs on a grid (Megatron-LM's order; Narayanan et al.
+2021, *Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM*, §2):
+
+- **tensor parallel** (t = ``tp``, Shoeybi et al. 2019, *Megatron-LM*, §3): each layer's weight
+  matrices are split t ways; the query/key/value and first MLP projections by columns, the
+  attention output and second MLP projections by rows. Norm weights and the biases of the
+  row-split projections are replicated on every rank. The word embedding and LM head are split
+  over the vocabulary (a vocabulary that t does not divide is padded to the next multiple of t
+  here; Megatron pads further, to a multiple of 128·t -- pass a padded shape to model that).
+  Learned position embeddings are replicated.
+- **pipeline parallel** (p = ``pp``, Narayanan et al. 2021, §2.2): the L layers are split into p
+  stages of L/p; the first stage also holds the embedding, the last the final norm and LM head.
+  With tied embeddings the last stage holds its own copy of the word embedding (Megatron keeps
+  both copies and all-reduces their gradients), unless p = 1.
+- **context parallel** (``cp``, Megatron-Core context parallelism, Liu et al. 2023 *Ring
+  Attention*): every activation is split along the sequence; weights are replicated, so CP ranks
+  reduce gradients together with the data-parallel ranks.
+- **data parallel** (``dp``) with a ZeRO stage: model states are divided by
+  :func:`trainmath.sharding.zero_states` over **dp · cp** ranks. That is what Megatron-Core does:
+  its distributed optimizer and gradient reduction use the data-parallel group *with* context
+  parallelism (``intra_dp_cp_group`` in ``megatron/core/optimizer/__init__.py``).
+
+Main entry points:
+
+- :func:`layout` -> :class:`Layout`; :func:`validate` checks it against a model and batch and
+  raises one ValueError that names every offending number;
+- :func:`stage_params` (parameters on one device of each stage),
+  :func:`device_memory` (per stage: weights, gradients, master weights, optimizer states and
+  the activation bytes you pass in), :func:`peak_device_memory`;
+- :func:`communication` -> :class:`Communication`: bytes each device sends per optimizer step,
+  per scheme;
+- :func:`bubble_fraction` ((p-1)/m, or (p-1)/(m·v) interleaved) and :func:`bubble_share`;
+- :func:`plan` bundles all of it for one run.
+
+Activation bytes are an input here, not computed: the activation model lives in
+:mod:`trainmath.activations`. Pass one ``Bytes`` (every stage) or one per stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+from .memory import recipe
+from .models import ModelShape, param_breakdown
+from .sharding import check_stage, zero_states
+from .units import Bytes, choice, positive_int
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+# -- layouts ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout: ``dp × tp × pp × cp`` GPUs, ``v`` model chunks per pipeline device.
+
+    ``sequence_parallel`` is Korthikanti et al. 2022's sequence parallelism inside the tensor
+    group (it changes activations and the shape of the TP traffic, not the weights).
+    """
+
+    dp: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    v: int = 1
+    sequence_parallel: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def zero_group(self) -> int:
+        """Ranks that share (and shard) the same weights: dp · cp."""
+        return self.dp * self.cp
+
+    def describe(self) -> str:
+        """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus interleaving and SP when on)."""
+        text = f"dp {self.dp} × tp {self.tp} × pp {self.pp} × cp {self.cp} = {self.gpus} GPUs"
+        if self.v > 1:
+            text += f", {self.v} chunks per pipeline device"
+        if self.sequence_parallel:
+            text += ", sequence parallel"
+        return text
+
+
+def layout(
+    dp: int, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1, sequence_parallel: bool = False
+) -> Layout:
+    """A :class:`Layout` with every degree checked to be a positive whole number.
+
+    >>> layout(dp=16, tp=8, pp=4).gpus
+    512
+    """
+    return Layout(
+        dp=positive_int("dp (data-parallel size)", dp),
+        tp=positive_int("tp (tensor-parallel size)", tp),
+        pp=positive_int("pp (pipeline-parallel size)", pp),
+        cp=positive_int("cp (context-parallel size)", cp),
+        v=positive_int("v (model chunks per pipeline device)", v),
+        sequence_parallel=bool(sequence_parallel),
+    )
+
+
+def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
+    """m, the micro-batches each pipeline runs per step: B / (dp · b), which must be whole.
+
+    >>> microbatches(512, dp=16, micro_batch=1)
+    32
+    """
+    B = positive_int("global_batch (sequences per step)", global_batch)
+    d = positive_int("dp", dp)
+    b = positive_int("micro_batch (b)", micro_batch)
+    if B % (d * b):
+        raise ValueError(
+            f"global batch {B} is not divisible by dp × micro-batch = {d} × {b} = {d * b}; "
+            f"accepted: a multiple of {d * b}"
+        )
+    return B // (d * b)
+
+
+def validate(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+) -> Layout:
+    """``lay`` if it can run ``model``; else one ValueError listing every violated rule.
+
+    Rules (each message names the numbers): heads, kv_heads and the FFN width divisible by tp
+    (Megatron splits heads and query groups whole, Shoeybi et al. 2019 §3); layers divisible by
+    pp, and by pp·v when interleaved, with pp ≥ 2 for v > 1 (Narayanan et al. 2021 §2.2.2);
+    GPUs = dp·tp·pp·cp; global batch divisible by dp·micro-batch; with cp > 1 the sequence
+    divisible by 2·cp (Megatron-Core/Transformer Engine split it into 2·cp chunks to balance
+    causal attention); with sequence parallelism the sequence divisible by tp·cp.
+    """
+    problems: list[str] = []
+    t = lay.tp
+    if model.heads % t:
+        problems.append(f"heads {model.heads} is not divisible by tp {t}")
+    if model.kv_heads % t:
+        problems.append(f"kv_heads {model.kv_heads} is not divisible by tp {t}")
+    if model.ffn % t:
+        problems.append(f"ffn {model.ffn} is not divisible by tp {t}")
+    if model.layers % lay.pp:
+        problems.append(f"layers {model.layers} is not divisible by pp {lay.pp}")
+    elif lay.v > 1 and model.layers % (lay.pp * lay.v):
+        problems.append(
+            f"layers {model.layers} is not divisible by pp × v = {lay.pp} × {lay.v} = {lay.pp * lay.v}"
+        )
+    if lay.v > 1 and lay.pp < 2:
+        problems.append(f"interleaving (v = {lay.v}) needs pp ≥ 2, got pp {lay.pp}")
+    if gpus is not None:
+        g = positive_int("gpus", gpus)
+        if g != lay.gpus:
+            problems.append(
+                f"gpus {g} ≠ dp × tp × pp × cp = "
+                f"{lay.dp} × {lay.tp} × {lay.pp} × {lay.cp} = {lay.gpus}"
+            )
+    if global_batch is not None or micro_batch is not None:
+        if global_batch is None or micro_batch is None:
+            raise ValueError("give both global_batch and micro_batch, or neither")
+        try:
+            microbatches(global_batch, lay.dp, micro_batch)
+        except ValueError as err:
+            problems.append(str(err).split("; accepted")[0])
+    if seq_len is not None:
+        s = positive_int("seq_len (s)", seq_len)
+        if lay.cp > 1 and s % (2 * lay.cp):
+            problems.append(f"seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
+        if lay.sequence_parallel and s % (t * lay.cp):
+            problems.append(f"seq_len {s} is not divisible by tp × cp = {t} × {lay.cp} = {t * lay.cp}")
+    if problems:
+        raise ValueError(f"invalid layout ({lay.describe()}) for {model.name}: " + "; ".join(problems))
+    return lay
+
+
+# -- parameters and memory per device -----------------------------------------------------------
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters held by one device of one pipeline stage (after the tensor-parallel split)."""
+
+    stage: int
+    layers: int
+    #: per-layer parameters split t ways, on this device (all layers of the stage)
+    layer_sharded: int
+    #: per-layer parameters replicated on every TP rank: norms, row-parallel biases
+    layer_replicated: int
+    #: word embedding / LM head rows on this device (vocabulary-parallel), position embeddings
+    embedding: int
+    lm_head: int
+    final_norm: int
+
+    @property
+    def total(self) -> int:
+        return self.layer_sharded + self.layer_replicated + self.embedding + self.lm_head + self.final_norm
+
+
+def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
+    """Parameters on one device of each pipeline stage, exactly, from ``param_breakdown``.
+
+    Per layer, ``per_layer_norms`` and (with biases) the two row-parallel biases (attention
+    output, second MLP projection: 2h) are replicated; everything else is divided by t.
+    """
+    t, p = lay.tp, lay.pp
+    if model.layers % p:
+        raise ValueError(f"layers {model.layers} is not divisible by pp {p}")
+    for name, value in (("heads", model.heads), ("kv_heads", model.kv_heads), ("ffn", model.ffn)):
+        if value % t:
+            raise ValueError(f"{name} {value} is not divisible by tp {t}")
+    parts = param_breakdown(model)
+    h = model.hidden
+    replicated = parts.per_layer_norms + (2 * h if model.bias else 0)
+    split = parts.per_layer - replicated
+    if split % t:  # cannot happen once heads, kv_heads and ffn divide by t; guard the algebra
+        raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {t}")
+    per_stage = model.layers // p
+    word_rows = _ceil_div(model.vocab, t) * h  # vocabulary-parallel rows on this rank
+    positions = model.positions * h  # replicated
+    assert parts.embedding == model.vocab * h + positions  # the breakdown's definition
+    stages = []
+    for i in range(p):
+        first, last = i == 0, i == p - 1
+        embedding = word_rows + positions if first else 0
+        if last:
+            lm_head = word_rows if (not model.tied_embeddings or p > 1) else 0
+            final_norm = parts.final_norm
+        else:
+            lm_head = final_norm = 0
+        stages.append(
+            StageParams(
+                stage=i,
+                layers=per_stage,
+                layer_sharded=per_stage * split // t,
+                layer_replicated=per_stage * replicated,
+                embedding=embedding,
+                lm_head=lm_head,
+                final_norm=final_norm,
+            )
+        )
+    return tuple(stages)
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory on one device of one pipeline stage: ZeRO-divided model states plus activations."""
+
+    stage: int
+    #: parameters this device holds before ZeRO sharding (its TP/PP share of the model)
+    params: int
+    zero_stage: int
+    #: ranks the model states are sharded over (dp · cp)
+    zero_group: int
+    weights: Bytes
+    gradients: Bytes
+    master_weights: Bytes
+    optimizer_states: Bytes
+    activations: Bytes
+
+    @property
+    def model_states(self) -> Bytes:
+        return self.weights + self.gradients + self.master_weights + self.optimizer_states
+
+    @property
+    def total(self) -> Bytes:
+        return self.model_states + self.activations
+
+    def parts(self) -> dict[str, Bytes]:
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "master weights": self.master_weights,
+            "optimizer states": self.optimizer_states,
+            "activations": self.activations,
+        }
+
+
+def _per_stage_activations(activations: Bytes | Sequence[Bytes] | None, p: int) -> tuple[Bytes, ...]:
+    if activations is None:
+        return (Bytes(0),) * p
+    if isinstance(activations, Bytes):
+        return (activations,) * p
+    acts = tuple(activations)
+    if len(acts) != p or not all(isinstance(a, Bytes) for a in acts):
+        raise ValueError(
+            f"activations must be one Bytes or {p} Bytes (one per pipeline stage), got {activations!r}"
+        )
+    return acts
+
+
+def device_memory(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    zero_stage: int = 0,
+    precision: str = "bf16-mixed",
+    optimizer_name: str = "adamw",
+    activations: Bytes | Sequence[Bytes] | None = None,
+) -> tuple[DeviceMemory, ...]:
+    """Memory of one device of each pipeline stage.
+
+    Model states: :func:`stage_params` of the stage, divided by ZeRO ``zero_stage`` over
+    dp·cp ranks with :func:`trainmath.sharding.zero_states` (ZeRO §5.1). ``activations``: the
+    activation bytes one device of each stage holds (a single ``Bytes`` for all stages or one
+    per stage; ``None`` counts model states only). Buffers, temporaries and fragmentation are
+    not counted.
+    """
+    check_stage(zero_stage)
+    acts = _per_stage_activations(activations, lay.pp)
+    result = []
+    for sp, act in zip(stage_params(model, lay), acts):
+        states = zero_states(sp.total, lay.zero_group, zero_stage, precision, optimizer_name)
+        result.append(
+            DeviceMemory(
+                stage=sp.stage, params=sp.total, zero_stage=zero_stage, zero_group=lay.zero_group,
+                weights=states.weights, gradients=states.gradients,
+                master_weights=states.master_weights, optimizer_states=states.optimizer_states,
+                activations=act,
+            )
+        )
+    return tuple(result)
+
+
+def peak_device_memory(model: ModelShape, lay: Layout, **kwargs) -> DeviceMemory:
+    """The stage whose device needs the most memory (ties: the earliest); same arguments."""
+    stages = device_memory(model, lay, **kwargs)
+    return max(stages, key=lambda d: (d.total, -d.stage))
+
+
+# -- pipeline bubble ------------------------------------------------------------------------------
+def bubble_fraction(p: int, m: int, v: int = 1) -> Fraction:
+    """Pipeline bubble time over ideal compute time: (p-1)/m, interleaved (p-1)/(m·v).
+
+    Narayanan et al. 2021, §2.2.1 (GPipe and 1F1B schedules: t_pb/t_id = (p-1)/m) and §2.2.2
+    (interleaved schedule with v model chunks per device). It is a ratio to the *ideal* time:
+    the bubble's share of the whole step is :func:`bubble_share`.
+
+    >>> bubble_fraction(4, 32)
+    Fraction(3, 32)
+    """
+    p = positive_int("p (pipeline stages)", p)
+    m = positive_int("m (micro-batches per step)", m)
+    v = positive_int("v (model chunks per device)", v)
+    return Fraction(p - 1, m * v)
+
+
+def bubble_share(p: int, m: int, v: int = 1) -> Fraction:
+    """The bubble's share of a whole step: (p-1)/(m·v + p-1) = f/(1+f) for f = bubble_fraction."""
+    f = bubble_fraction(p, m, v)
+    return f / (1 + f)
+
+
+# -- communication ------------------------------------------------------------------------------
+def ring_all_reduce_factor(n: int) -> Fraction:
+    """Bytes each rank sends in a ring all-reduce, per byte of the buffer: 2(n-1)/n.
+
+    A ring all-reduce is a reduce-scatter plus an all-gather, each sending (n-1)/n of the
+    buffer per rank (Patarasuk & Yuan 2009, *Bandwidth optimal all-reduce algorithms for
+    clusters of workstations*; ZeRO §7.1 counts the 2Ψ of data parallelism this way).
+    """
+    n = positive_int("n (ranks)", n)
+    return Fraction(2 * (n - 1), n)
+
+
+def ring_gather_factor(n: int) -> Fraction:
+    """Bytes each rank sends in a ring all-gather or reduce-scatter, per byte of the full buffer."""
+    n = positive_int("n (ranks)", n)
+    return Fraction(n - 1, n)
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Bytes one device sends per optimizer step, by scheme (it receives the same amount)."""
+
+    stage: int
+    data_parallel: Bytes
+    tensor_parallel: Bytes
+    pipeline_parallel: Bytes
+    context_parallel: Bytes
+
+    @property
+    def total(self) -> Bytes:
+        return self.data_parallel + self.tensor_parallel + self.pipeline_parallel + self.context_parallel
+
+    def parts(self) -> dict[str, Bytes]:
+        return {
+            "data parallel": self.data_parallel,
+            "tensor parallel": self.tensor_parallel,
+            "pipeline parallel": self.pipeline_parallel,
+            "context parallel": self.context_parallel,
+        }
+
+
+def data_parallel_bytes(
+    params: int, n: int, zero_stage: int, m: int, *, weight_bytes: int, grad_bytes: int
+) -> Bytes:
+    """Bytes one rank sends per step to keep ``params`` weights in sync over ``n`` ranks.
+
+    ZeRO §7.2 with ring collectives (f = (n-1)/n): stage 0 all-reduces the gradients once per
+    step, 2fΨ·g; stage 1 reduce-scatters them and all-gathers the updated weights, fΨ(g + w)
+    (same 2Ψ as stage 0, §7.2.1); stage 2 shards gradients, so it reduce-scatters after every
+    one of the m micro-batches, fΨ(m·g + w); stage 3 gathers the weights for every forward and
+    every backward and reduce-scatters every micro-batch's gradients, m·fΨ(2w + g) -- the
+    paper's 3Ψ (§7.2.2) when m = 1 and w = g.
+    """
+    psi = positive_int("params", params)
+    stage = check_stage(zero_stage)
+    f = ring_gather_factor(n)
+    m = positive_int("m (micro-batches per step)", m)
+    w, g = weight_bytes, grad_bytes
+    per_param = {0: 2 * g, 1: g + w, 2: m * g + w, 3: m * (2 * w + g)}[stage]
+    return Bytes(f * psi * per_param)
+
+
+def tensor_parallel_collectives(
+    layers: int, *, first: bool, last: bool, sequence_parallel: bool, recompute: str
+) -> Fraction:
+    """All-reduce equivalents of b·s·h activations one TP rank runs per micro-batch on a stage.
+
+    Per layer (Shoeybi et al. 2019, §3, Figure 4): two all-reduces forward (after attention and
+    after the MLP, operator g) and two backward (operator f): 4. With sequence parallelism
+    (Korthikanti et al. 2022, §4.2.2) each all-reduce becomes a reduce-scatter plus an
+    all-gather -- the same bytes -- and the backward all-gathers the sequence-split input of
+    each column-parallel linear once more (it saved only its 1/t shard): +2 all-gathers = +1
+    all-reduce equivalent, so 5. Full recomputation reruns the forward: +2. Selective
+    recomputation reruns only the attention core, which needs no TP traffic: +0.
+    First stage: the vocabulary-parallel embedding's output all-reduce (+1; a reduce-scatter,
+    +1/2, with SP). Last stage: the LM head's input gradient all-reduce (+1; with SP an
+    all-gather forward and a reduce-scatter backward, also +1). The cross-entropy's three
+    all-reduces of b·s fp32 values (max, sum, target logit) are left out: they are 1/h of these.
+    """
+    per_layer = Fraction(5 if sequence_parallel else 4)
+    if recompute == "full":
+        per_layer += 2
+    count = per_layer * layers
+    if first:
+        count += Fraction(1, 2) if sequence_parallel else 1
+    if last:
+        count += 1
+    return count
+
+
+def communication(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    global_batch: int,
+    zero_stage: int = 0,
+    precision: str = "bf16-mixed",
+    activation_bytes: int = 2,
+    grad_bytes: int | None = None,
+    recompute: str = "none",
+    scatter_gather: bool = True,
+    stage: int | None = None,
+) -> Communication:
+    """Bytes one device of pipeline ``stage`` sends per optimizer step, by scheme.
+
+    ``stage=None`` picks the stage that sends the most. m = global_batch / (dp · micro_batch)
+    micro-batches; each device sees s/cp tokens of each sequence. Activations travel in
+    ``activation_bytes`` (2 for bf16); gradients are reduced in ``grad_bytes`` (default: the
+    precision recipe's gradient bytes, 2 for bf16-mixed, ZeRO's count; Megatron-LM with bf16
+    accumulates and reduces gradients in fp32 -- its distributed-optimizer docs: "bf16
+    parameters, fp32 gradients" -- pass 4 to model that).
+
+    - data parallel: :func:`data_parallel_bytes` over dp·cp ranks for this device's parameters;
+    - tensor parallel: :func:`tensor_parallel_collectives` × 2(t-1)/t × b·(s/cp)·h bytes, × m;
+    - pipeline parallel: each micro-batch sends its b·(s/cp)·h activation forward and its
+      gradient backward across each stage boundary (Narayanan et al. 2021, §3.2: bsh per
+      micro-batch per boundary), once per model chunk (v times, §2.2.2), except past the ends of
+      the pipeline. With ``scatter_gather`` (Narayanan §4.1; default on in Megatron) or with
+      sequence parallelism, each TP rank sends only its 1/t share;
+    - context parallel: per layer and micro-batch an all-gather of this TP rank's K and V in the
+      forward, another in the backward and a reduce-scatter of their gradients (Megatron-Core
+      "Context parallelism overview": KV are gathered again in backward, dKV reduce-scattered),
+      each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/t) values in a ring; recomputation
+      (selective or full) reruns the attention forward and gathers K and V once more.
+    """
+    s = positive_int("seq_len (s)", seq_len)
+    b = positive_int("micro_batch (b)", micro_batch)
+    recompute = choice("recompute", recompute, RECOMPUTE)
+    act = positive_int("activation_bytes", activation_bytes)
+    r = recipe(precision)
+    g = r.gradients if grad_bytes is None else positive_int("grad_bytes", grad_bytes)
+    m = microbatches(global_batch, lay.dp, b)
+    t, p, cp, v = lay.tp, lay.pp, lay.cp, lay.v
+    if s % cp:
+        raise ValueError(f"seq_len {s} is not divisible by cp {cp}")
+    tokens = b * (s // cp)  # tokens of one micro-batch on this device
+    activation = tokens * model.hidden * act  # b·(s/cp)·h bytes
+    stages = stage_params(model, lay)
+    result = []
+    for sp in stages:
+        i = sp.stage
+        dp_bytes = data_parallel_bytes(
+            sp.total, lay.zero_group, zero_stage, m, weight_bytes=r.weights, grad_bytes=g
+        ) if lay.zero_group > 1 else Bytes(0)
+        if t > 1:
+            count = tensor_parallel_collectives(
+                sp.layers, first=i == 0, last=i == p - 1,
+                sequence_parallel=lay.sequence_parallel, recompute=recompute,
+            )
+            tp_bytes = Bytes(count * ring_all_reduce_factor(t) * activation * m)
+        else:
+            tp_bytes = Bytes(0)
+        if p > 1:
+            sends = 2 * m * v - (m if i in (0, p - 1) else 0)
+            share = t if (scatter_gather or lay.sequence_parallel) else 1
+            pp_bytes = Bytes(Fraction(sends * activation, share))
+        else:
+            pp_bytes = Bytes(0)
+        if cp > 1:
+            kv = 2 * b * s * (model.kv_dim // t) * act  # K and V of the whole sequence, this TP rank
+            passes = 3 + (1 if recompute != "none" else 0)
+            cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
+        else:
+            cp_bytes = Bytes(0)
+        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes))
+    if stage is None:
+        return max(result, key=lambda c: (c.total, -c.stage))
+    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < p:
+        raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {p - 1}")
+    return result[stage]
+
+
+# -- one run ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """A checked layout for one run, with its memory, traffic and bubble."""
+
+    model: ModelShape
+    layout: Layout
+    seq_len: int
+    micro_batch: int
+    global_batch: int
+    microbatches: int
+    zero_stage: int
+    memory: tuple[DeviceMemory, ...]
+    communication: Communication
+    bubble: Fraction
+
+    @property
+    def peak(self) -> DeviceMemory:
+        """The stage whose device needs the most memory."""
+        return max(self.memory, key=lambda d: (d.total, -d.stage))
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+    def fits(self, capacity: Bytes) -> bool:
+        """Whether the fullest device fits in ``capacity`` (e.g. ``parse_bytes("80GB")``)."""
+        return self.peak.total <= capacity
+
+
+def plan(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    global_batch: int,
+    zero_stage: int = 1,
+    precision: str = "bf16-mixed",
+    optimizer_name: str = "adamw",
+    activations: Bytes | Sequence[Bytes] | None = None,
+    gpus: int | None = None,
+    **comm_kwargs,
+) -> Plan:
+    """:func:`validate`, then memory per stage, traffic of the busiest device and the bubble.
+
+    ``activations`` as in :func:`device_memory`; ``comm_kwargs`` go to :func:`communication`.
+    """
+    validate(model, lay, gpus=gpus, global_batch=global_batch, micro_batch=micro_batch, seq_len=seq_len)
+    m = microbatches(global_batch, lay.dp, micro_batch)
+    memory = device_memory(
+        model, lay, zero_stage=zero_stage, precision=precision,
+        optimizer_name=optimizer_name, activations=activations,
+    )
+    comm = communication(
+        model, lay, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
+        zero_stage=zero_stage, precision=precision, **comm_kwargs,
+    )
+    return Plan(
+        model=model, layout=lay, seq_len=seq_len, micro_batch=micro_batch,
+        global_batch=global_batch, microbatches=m, zero_stage=zero_stage, memory=memory,
+        communication=comm, bubble=bubble_fraction(lay.pp, m, lay.v),
+    )
