@@ -3,10 +3,15 @@
 A page's code cells, python fences and invisible blocks run in one namespace per page; each
 claim is evaluated in that namespace after the code above it. A claim that does not hold and a
 number that is neither a claim nor a marked non-claim each fail with the file and the line.
+A ``console`` fence that starts with ``$ trainmath`` runs each command and compares its output.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+import shlex
 from pathlib import Path
 
 from sybil import Region, Sybil
@@ -53,6 +58,37 @@ def lint_parser(document):
         yield Region(number.start, number.end, number, _evaluate_unchecked)
 
 
+_CONSOLE = re.compile(r"^```console\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def _run_command(example) -> str | None:
+    """Run ``trainmath ...`` in-process; its output must equal what the page shows."""
+    from trainmath.cli import main
+
+    command, expected = example.parsed
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(shlex.split(command)[1:])
+    got = "\n".join(line.rstrip() for line in (out.getvalue() + err.getvalue()).splitlines())
+    want_status = 2 if expected.startswith("trainmath: error:") else 0
+    if got == expected and status == want_status:
+        return None
+    return (f"{_relative(example.path)}:{example.line}: `$ {command}` exited {status} and "
+            f"printed:\n{got}\n--- but the page shows (exit {want_status}):\n{expected}")
+
+
+def console_parser(document):
+    """Each ``$ trainmath ...`` line of a console fence, with the output shown under it."""
+    for block in _CONSOLE.finditer(document.text):
+        body, offset = block["body"], block.start("body")
+        if not body.startswith("$ trainmath"):
+            continue
+        for m in re.finditer(r"^\$ (?P<cmd>(?:.*\\\n)*.*)\n(?P<out>(?:(?!\$ ).*\n)*)", body, re.MULTILINE):
+            command = " ".join(part.rstrip("\\").strip() for part in m["cmd"].splitlines())
+            expected = "\n".join(line.rstrip() for line in m["out"].rstrip("\n").splitlines())
+            yield Region(offset + m.start(), offset + m.end(), (command, expected), _run_command)
+
+
 _code = [
     PythonCodeBlockParser(),
     CodeBlockParser(language="ipython3", evaluator=PythonEvaluator()),
@@ -66,7 +102,7 @@ def _close_figures(namespace) -> None:
 
 
 pages = Sybil(
-    parsers=[*_code, claim_parser, lint_parser],
+    parsers=[*_code, claim_parser, lint_parser, console_parser],
     patterns=["docs/*.md"],
     excludes=["docs/_build/*"],
     teardown=_close_figures,
@@ -74,7 +110,8 @@ pages = Sybil(
 )
 # README and CONTRIBUTING: their examples and claims run, but they may talk about numbers
 # (Python versions, timings) without the lint.
-guides = Sybil(parsers=[*_code, claim_parser], patterns=["README.md", "CONTRIBUTING.md"],
+guides = Sybil(parsers=[*_code, claim_parser, console_parser],
+               patterns=["README.md", "CONTRIBUTING.md"],
                name="guides")
 
 pytest_collect_file = (pages + guides).pytest()

@@ -50,7 +50,7 @@ def test_bad_shapes(kwargs, message):
 
 def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown model preset 'llama-9'; accepted: llama-2-7b, llama-2-70b, llama-3-8b, "
-                       "llama-3-70b, mistral-7b, gpt-3-175b$"):
+                       "llama-3-70b, mistral-7b, gpt3-175b$"):
         preset("llama-9")
     assert "llama-2-7b" in PRESETS
 
@@ -73,7 +73,7 @@ def test_preset_counts_are_the_published_ones(name, published):
 
 def test_every_preset_names_its_source():
     assert set(PRESETS) == {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                            "mistral-7b", "gpt-3-175b"}
+                            "mistral-7b", "gpt3-175b"}
     for m in PRESETS.values():
         assert "et al." in m.source and len(m.source) > 30, m.name
 
@@ -94,7 +94,7 @@ def test_gqa_shrinks_only_the_key_and_value_projections():
 
 
 def test_gpt3_175b():
-    m = preset("gpt-3-175b")
+    m = preset("gpt3-175b")
     assert is_gpt_style(m) and m.tied_embeddings and m.positions == 2048
     assert param_count(m) == 174_604_259_328  # Brown et al. 2020 round this to 175.0B
     assert param_breakdown(m).lm_head == 0

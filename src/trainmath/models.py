@@ -232,7 +232,7 @@ PRESETS: dict[str, ModelShape] = {
             source="Jiang et al. 2023, Mistral 7B, Table 1; config.json of mistralai/Mistral-7B-v0.1",
         ),
         gpt_shape(
-            "gpt-3-175b", layers=96, hidden=12288, heads=96, vocab=50257, positions=2048,
+            "gpt3-175b", layers=96, hidden=12288, heads=96, vocab=50257, positions=2048,
             source="Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1 and §2.1 "
                    "(FFN 4h, n_ctx 2048); GPT-2's 50257-token BPE vocabulary and tied embeddings "
                    "(Radford et al. 2019)",

@@ -1,0 +1,144 @@
+"""The trainmath command: figures, JSON and the errors it must refuse with."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from trainmath.cli import main, parse_count
+from trainmath.units import GB
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def estimate_json(capsys, *argv):
+    status, out, err = run(capsys, "estimate", *argv, "--json")
+    assert status == 0, err
+    return json.loads(out)
+
+
+def test_params_alone_gives_the_memory_math_split(capsys):
+    d = estimate_json(capsys, "--params", "7e9")
+    assert d["params"] == 7 * 10**9
+    assert d["per_device"] == {
+        "weights": 14 * GB, "gradients": 14 * GB, "master_weights": 28 * GB,
+        "optimizer_states": 56 * GB, "activations": None, "total": 112 * GB,
+    }
+    assert d["activations_per_layer"] is None
+
+
+@pytest.mark.parametrize(
+    ("stage", "total"),
+    # ZeRO paper, Figure 1: 7.5B parameters, N_d = 64, K = 12
+    [("0", 120 * GB), ("1", 30 * GB + 90 * GB // 64), ("2", 15 * GB + 105 * GB // 64),
+     ("3", 120 * GB // 64)],
+)
+def test_params_with_zero_follow_the_paper(capsys, stage, total):
+    d = estimate_json(capsys, "--params", "7.5B", "--dp", "64", "--zero", stage)
+    assert d["per_device"]["total"] == total
+
+
+def test_gpt_shape_matches_korthikanti_eq1(capsys):
+    s, b, h, a, L = 2048, 2, 4096, 32, 32
+    d = estimate_json(capsys, "--model", "llama-2-7b", "--mlp", "gelu", "--ffn", str(4 * h),
+                      "--norm", "layernorm", "--dropout", "--seq-len", str(s),
+                      "--micro-batch", str(b))
+    assert d["activations_per_layer"] == s * b * h * 34 + 5 * a * s * s * b
+
+
+def test_tensor_and_sequence_parallel_divide_the_layer(capsys):
+    """Korthikanti et al. 2022, Table 2: TP + SP keeps sbh(34 + 5as/h)/t."""
+    s, b, h, a, t = 2048, 1, 4096, 32, 4
+    d = estimate_json(capsys, "--model", "llama-2-7b", "--mlp", "gelu", "--ffn", str(4 * h),
+                      "--norm", "layernorm", "--dropout", "--seq-len", str(s), "--tp", str(t),
+                      "--sequence-parallel")
+    assert d["activations_per_layer"] * t == s * b * h * 34 + 5 * a * s * s * b
+
+
+def test_preset_with_activations_and_fit(capsys):
+    d = estimate_json(capsys, "--model", "llama-2-7b", "--seq-len", "4096", "--attention",
+                      "flash", "--zero", "3", "--dp", "8", "--gpu-memory", "80GB")
+    assert d["params"] == 6_738_415_616
+    per = d["per_device"]
+    assert per["total"] == sum(per[k] for k in per if k != "total")
+    assert per["weights"] == -(-2 * 6_738_415_616 // 8)
+    assert d["fits"] is True
+    assert d["inputs"]["gpu_memory"] == 80 * GB
+
+
+def test_readable_table(capsys):
+    status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu-memory", "80GB")
+    assert status == 0
+    assert "  total               112.00 GB    104.31 GiB" in out
+    assert "fits in 80 GB: no, 32.00 GB over" in out
+
+
+@pytest.mark.parametrize("text", ["7e9", "7B", "7b", "7000000000", "7,000,000,000", "0.007T"])
+def test_parse_count(text):
+    assert parse_count(text) == 7_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--params", "-5"], "argument --params: '-5' is not a positive whole number of parameters"),
+        (["--params", "0"], "'0' is not a positive whole number of parameters"),
+        (["--params", "seven"], "'seven' is not a positive whole number of parameters"),
+        (["--params", "7.5"], "'7.5' is not a positive whole number of parameters"),
+        (["--model", "llama-9"], "argument --model: unknown model preset 'llama-9'; accepted: llama-2-7b, "),
+        (["--params", "7e9", "--precision", "fp8"], "argument --precision: unknown precision 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16"),
+        (["--params", "7e9", "--optimizer", "lion"], "argument --optimizer: unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
+        (["--params", "7e9", "--zero", "4"], "argument --zero: unknown ZeRO stage '4'; accepted: 0, 1, 2, 3"),
+        (["--params", "7e9", "--zero", "one"], "argument --zero: unknown ZeRO stage 'one'; accepted: 0, 1, 2, 3"),
+        (["--params", "7e9", "--dp", "0"], "argument --dp: '0' is not a positive whole number"),
+        (["--params", "7e9", "--dp", "x"], "argument --dp: 'x' is not a positive whole number"),
+        (["--layers", "-2", "--hidden", "8", "--heads", "2", "--ffn", "8", "--vocab", "8"],
+         "argument --layers: '-2' is not a positive whole number"),
+        (["--model", "llama-2-7b", "--tp", "3"], "heads 32 is not divisible by tp 3"),
+        (["--model", "llama-2-7b", "--pp", "5"], "layers 32 is not divisible by pp 5"),
+        (["--params", "7e9", "--tp", "2"], "--tp 2 needs a model shape"),
+        (["--params", "7e9", "--tp", "2", "--pp", "2"], "--tp 2 and --pp 2 need a model shape"),
+        (["--params", "7e9", "--interleave", "2"], "--global-batch and --interleave need a model shape"),
+        (["--model", "llama-3-70b", "--pp", "4", "--interleave", "3"], "not divisible by"),
+        (["--model", "llama-2-7b", "--dp", "3", "--global-batch", "16"],
+         "global batch 16 is not divisible by dp × micro-batch = 3 × 1 = 3"),
+        (["--params", "7e9", "--dp", "4", "--gpus", "8"],
+         "--gpus 8 does not match dp × tp × pp × cp = 4 × 1 × 1 × 1 = 4"),
+        (["--params", "7e9", "--model", "llama-2-7b"], "--params 7000000000 cannot be combined with --model"),
+        (["--layers", "32"], "a shape needs --hidden --heads --ffn --vocab as well"),
+        ([], "no model given; accepted: --model PRESET, --params N, or a shape"),
+        (["--params", "7e9", "--gpu-memory", "80"], "cannot read '80' as an amount of memory"),
+        (["--params", "7e9", "--gpu-memory", "80 GiGs"], "unknown byte unit 'GiGs'"),
+        (["--params", "7e9", "--recompute", "some"], "argument --recompute: unknown recompute 'some'; accepted: none, selective, full"),
+        (["--params", "7e9", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--model", "llama-2-7b", "--mlp", "relu"], "argument --mlp: unknown mlp 'relu'; accepted: gelu, swiglu"),
+        (["--model", "llama-2-7b", "--attention", "sdpa"], "unknown attention 'sdpa'; accepted: eager, flash"),
+        (["--params", "7e9", "--dp"], "argument --dp: expected one argument"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    status, out, err = run(capsys, "estimate", *argv)
+    assert status == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("trainmath: error: "), err
+    assert message in err
+
+
+def test_command_is_fast_and_runs_as_a_module():
+    """The figure in the closing note: best of three runs, interpreter start-up included."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "trainmath", "estimate", "--model",
+                               "llama-3-70b", "--tp", "8", "--pp", "4", "--dp", "16",
+                               "--seq-len", "8192", "--json"], capture_output=True, text=True)
+        best = min(best, time.perf_counter() - start)
+        assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["params"] == 70_553_706_496
+    assert best < 0.3, f"trainmath estimate took {best:.3f} s"
