@@ -282,6 +282,15 @@ def layer_activations(
     return LayerActivations(tuple(out))
 
 
+def _split(s: int, b: int, t: int, cp: int, sequence_parallel: bool) -> tuple[int, int, Fraction, Fraction]:
+    """Checked s and t, the tokens on one device (s·b/cp) and a replicated tensor's share (1/t with SP)."""
+    s = positive_int("s (sequence length)", s)
+    b = positive_int("b (micro-batch size)", b)
+    t = positive_int("t (tensor-parallel size)", t)
+    cp = positive_int("cp (context-parallel size)", cp)
+    return s, t, Fraction(s * b, cp), Fraction(1, t) if sequence_parallel else Fraction(1)
+
+
 def input_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
                       sequence_parallel: bool = False, cp: int = 1, mask_bytes: int = 1) -> LayerActivations:
     """What the embedding saves, on the first pipeline stage, for one micro-batch.
@@ -291,12 +300,7 @@ def input_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
     with dropout the embedding dropout mask: sbh/t with sequence parallelism, Korthikanti et
     al. 2022 §4.3 (who count only the mask).
     """
-    s = positive_int("s (sequence length)", s)
-    b = positive_int("b (micro-batch size)", b)
-    t = positive_int("t (tensor-parallel size)", t)
-    cp = positive_int("cp (context-parallel size)", cp)
-    rep = Fraction(1, t) if sequence_parallel else Fraction(1)
-    tokens = Fraction(s * b, cp)
+    s, t, tokens, rep = _split(s, b, t, cp, sequence_parallel)
     out = [Saved("embedding", "token ids (int64)", Bytes(8 * tokens))]
     if model.positions:
         out.append(Saved("embedding", "position ids (int64, shared by the batch)", Bytes(Fraction(8 * s, cp))))
@@ -319,12 +323,7 @@ def output_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
     saved. Transient peaks while the loss runs (logits, their fp32 copy and the log-softmax
     at once) are not included.
     """
-    s = positive_int("s (sequence length)", s)
-    b = positive_int("b (micro-batch size)", b)
-    t = positive_int("t (tensor-parallel size)", t)
-    cp = positive_int("cp (context-parallel size)", cp)
-    rep = Fraction(1, t) if sequence_parallel else Fraction(1)
-    tokens = Fraction(s * b, cp)
+    s, t, tokens, rep = _split(s, b, t, cp, sequence_parallel)
     h, V = model.hidden, model.vocab
     stats = 2 if model.norm == "layernorm" else 1
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"

@@ -146,23 +146,26 @@ def bytes_per_param(precision: str = "bf16-mixed", optimizer_name: str = "adamw"
     return BytesPerParam(r.weights, r.gradients, r.master_weights, states)
 
 
-@dataclass(frozen=True)
-class TrainingState:
-    """Memory of each kind of training state for a whole model (no activations)."""
+@dataclass(frozen=True, kw_only=True)
+class ModelStates:
+    """The four kinds of model state as memory: for a whole model, or on one device."""
 
-    params: int
     weights: Bytes
     gradients: Bytes
     master_weights: Bytes
     optimizer_states: Bytes
 
     @property
-    def total(self) -> Bytes:
+    def model_states(self) -> Bytes:
         return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
     @property
+    def total(self) -> Bytes:
+        return self.model_states
+
+    @property
     def optimizer_side(self) -> Bytes:
-        """Master weights plus optimizer states."""
+        """Master weights plus optimizer states (ZeRO's KΨ)."""
         return self.master_weights + self.optimizer_states
 
     def parts(self) -> dict[str, Bytes]:
@@ -173,6 +176,13 @@ class TrainingState:
             "master weights": self.master_weights,
             "optimizer states": self.optimizer_states,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingState(ModelStates):
+    """Memory of each kind of training state for a whole model (no activations)."""
+
+    params: int
 
 
 def training_state(

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
-from .memory import recipe
+from .memory import ModelStates, recipe
 from .models import ModelShape, param_breakdown
 from .sharding import check_stage, zero_states
 from .units import Bytes, choice, positive_int
@@ -251,8 +251,8 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     return tuple(stages)
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+@dataclass(frozen=True, kw_only=True)
+class DeviceMemory(ModelStates):
     """Memory on one device of one pipeline stage: ZeRO-divided model states plus activations."""
 
     stage: int
@@ -261,28 +261,14 @@ class DeviceMemory:
     zero_stage: int
     #: ranks the model states are sharded over (dp · cp)
     zero_group: int
-    weights: Bytes
-    gradients: Bytes
-    master_weights: Bytes
-    optimizer_states: Bytes
     activations: Bytes
-
-    @property
-    def model_states(self) -> Bytes:
-        return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
     @property
     def total(self) -> Bytes:
         return self.model_states + self.activations
 
     def parts(self) -> dict[str, Bytes]:
-        return {
-            "weights": self.weights,
-            "gradients": self.gradients,
-            "master weights": self.master_weights,
-            "optimizer states": self.optimizer_states,
-            "activations": self.activations,
-        }
+        return {**super().parts(), "activations": self.activations}
 
 
 def _per_stage_activations(activations: Bytes | Sequence[Bytes] | None, p: int) -> tuple[Bytes, ...]:

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .memory import bytes_per_param, recipe
+from .memory import ModelStates, bytes_per_param, recipe
 from .units import Bytes, positive_int
 
 #: ZeRO stages: 0 is plain data parallelism (nothing sharded).
@@ -47,35 +47,16 @@ def check_stage(stage: object) -> int:
     return int(stage)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class ShardedState:
-    """Model-state memory on one device (no activations, buffers or temporaries)."""
+@dataclass(frozen=True, kw_only=True)
+class ShardedState(ModelStates):
+    """Model-state memory on one device (no activations, buffers or temporaries).
+
+    ``optimizer_side`` is ZeRO's KΨ, sharded from stage 1 on.
+    """
 
     params: int
     n_d: int
     stage: int
-    weights: Bytes
-    gradients: Bytes
-    master_weights: Bytes
-    optimizer_states: Bytes
-
-    @property
-    def total(self) -> Bytes:
-        return self.weights + self.gradients + self.master_weights + self.optimizer_states
-
-    @property
-    def optimizer_side(self) -> Bytes:
-        """Master weights plus optimizer states: ZeRO's KΨ (sharded from stage 1 on)."""
-        return self.master_weights + self.optimizer_states
-
-    def parts(self) -> dict[str, Bytes]:
-        """Each kind of state by name, in the order the pages list them."""
-        return {
-            "weights": self.weights,
-            "gradients": self.gradients,
-            "master weights": self.master_weights,
-            "optimizer states": self.optimizer_states,
-        }
 
 
 def zero_states(
@@ -235,16 +216,7 @@ def fsdp_memory(
     strategy = _check_strategy(strategy)
     if offload not in OFFLOADS:
         raise ValueError(f"unknown offload {offload!r}; accepted: {', '.join(OFFLOADS)}")
-    if strategy == "HYBRID_SHARD":
-        if shard_group is None:
-            raise ValueError("HYBRID_SHARD needs shard_group, the ranks in one shard group (a node)")
-        group = positive_int("shard_group", shard_group)
-        if n % group:
-            raise ValueError(f"shard_group {group} does not divide n_d {n}; accepted: a divisor of {n}")
-    else:
-        if shard_group is not None:
-            raise ValueError(f"shard_group is only for HYBRID_SHARD, got shard_group={shard_group!r} with {strategy}")
-        group = n
+    group = _shard_group(strategy, n, shard_group)
     if isinstance(unit_params, bool) or not isinstance(unit_params, int) or not 0 <= unit_params <= psi:
         raise ValueError(f"unit_params must be a whole number from 0 to params ({psi}), got {unit_params!r}")
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
@@ -265,10 +237,12 @@ def fsdp_memory(
     zero = Bytes(0)
     if offload == "optimizer":
         host = state.gradients + state.master_weights + state.optimizer_states
-        state = ShardedState(psi, group, stage, state.weights, zero, zero, zero)
+        state = ShardedState(params=psi, n_d=group, stage=stage, weights=state.weights,
+                             gradients=zero, master_weights=zero, optimizer_states=zero)
     elif offload == "parameters":
         host = state.total
-        state = ShardedState(psi, group, stage, zero, zero, zero, zero)
+        state = ShardedState(params=psi, n_d=group, stage=stage, weights=zero, gradients=zero,
+                             master_weights=zero, optimizer_states=zero)
     else:
         host = zero
     return FsdpMemory(strategy, n, group, state, host, gathered, unsharded_grads)
@@ -329,20 +303,29 @@ def step_traffic(
         stage = check_stage(strategy)
     zero = Bytes(0)
     if strategy == "HYBRID_SHARD":
-        if shard_group is None:
-            raise ValueError("HYBRID_SHARD needs shard_group, the ranks in one shard group (a node)")
-        s = positive_int("shard_group", shard_group)
-        if n % s:
-            raise ValueError(f"shard_group {s} does not divide n_d {n}; accepted: a divisor of {n}")
+        s = _shard_group(strategy, n, shard_group)
         replicas = n // s
         across = _ring(Fraction(psi, s), replicas, g) * 2
         return StepTraffic(across, _ring(psi, s, g), _ring(psi, s, w) * 2, across)
-    if shard_group is not None:
-        raise ValueError(f"shard_group is only for HYBRID_SHARD, got shard_group={shard_group!r}")
+    _shard_group(strategy, n, shard_group)
     if stage == 0:
         return StepTraffic(_ring(psi, n, g) * 2, zero, zero, zero)
     gathers = 2 if stage == 3 else 1
     return StepTraffic(zero, _ring(psi, n, g), _ring(psi, n, w) * gathers, zero)
+
+
+def _shard_group(strategy: object, n: int, shard_group: object) -> int:
+    """Ranks that shard one copy: ``shard_group`` under HYBRID_SHARD (it must divide n_d), else n_d."""
+    if strategy == "HYBRID_SHARD":
+        if shard_group is None:
+            raise ValueError("HYBRID_SHARD needs shard_group, the ranks in one shard group (a node)")
+        group = positive_int("shard_group", shard_group)
+        if n % group:
+            raise ValueError(f"shard_group {group} does not divide n_d {n}; accepted: a divisor of {n}")
+        return group
+    if shard_group is not None:
+        raise ValueError(f"shard_group is only for HYBRID_SHARD, got shard_group={shard_group!r} with {strategy}")
+    return n
 
 
 def _dtype(name: object) -> str:
