@@ -295,8 +295,13 @@ def render(result: dict) -> str:
         lines.append("  (ZeRO-3 also gathers the full weights of one layer at a time, and prefetches")
         lines.append("   the next: not counted here; see the ZeRO and FSDP page)")
     if result["activations_per_layer"] is not None:
-        lines.append(f"  one layer keeps {Bytes(result['activations_per_layer']).format('GB', 3)} "
-                     "for backward (Korthikanti et al. 2022 count)")
+        layer = Bytes(result["activations_per_layer"])
+        lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
+                     "2022 count)")
+        if inp["pp"] == 1:
+            layers = inp["shape"]["layers"]
+            lines.append(f"  all {layers} layers keep {(layer * layers).format('GB', 2)}; the "
+                         "embedding, the loss and norm statistics make up the rest")
     if result["fits"] is not None:
         capacity = Bytes(inp["gpu_memory"])
         total = Bytes(result["per_device"]["total"])
