@@ -217,7 +217,7 @@ def estimate(args: argparse.Namespace) -> dict:
         stages = parallelism.device_memory(model, lay, zero_stage=args.zero,
                                            precision=args.precision,
                                            optimizer_name=args.optimizer, activations=acts)
-        fullest = max(stages, key=lambda d: (d.total, -d.stage))
+        fullest = parallelism.fullest(stages)
         stage = fullest.stage
         device = dict(weights=fullest.weights, gradients=fullest.gradients,
                       master_weights=fullest.master_weights,

@@ -317,10 +317,14 @@ def device_memory(
     return tuple(result)
 
 
-def peak_device_memory(model: ModelShape, lay: Layout, **kwargs) -> DeviceMemory:
-    """The stage whose device needs the most memory (ties: the earliest); same arguments."""
-    stages = device_memory(model, lay, **kwargs)
+def fullest(stages: Sequence[DeviceMemory]) -> DeviceMemory:
+    """The stage whose device needs the most memory (ties: the earliest)."""
     return max(stages, key=lambda d: (d.total, -d.stage))
+
+
+def peak_device_memory(model: ModelShape, lay: Layout, **kwargs) -> DeviceMemory:
+    """:func:`fullest` of :func:`device_memory`, which takes the same arguments."""
+    return fullest(device_memory(model, lay, **kwargs))
 
 
 # -- pipeline bubble ------------------------------------------------------------------------------
@@ -539,7 +543,7 @@ class Plan:
     @property
     def peak(self) -> DeviceMemory:
         """The stage whose device needs the most memory."""
-        return max(self.memory, key=lambda d: (d.total, -d.stage))
+        return fullest(self.memory)
 
     @property
     def tokens_per_step(self) -> int:
