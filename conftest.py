@@ -12,6 +12,7 @@ import contextlib
 import io
 import re
 import shlex
+from functools import lru_cache
 from pathlib import Path
 
 from sybil import Region, Sybil
@@ -46,15 +47,19 @@ def _evaluate_unchecked(example) -> str:
     return example.parsed.message(_relative(example.path))
 
 
+#: The claim and lint parsers read the same page: scan it once.
+_scan = lru_cache(maxsize=32)(claims.scan)
+
+
 def claim_parser(document):
     """One region per claim: evaluated after the code above it, in the page's namespace."""
-    for claim in claims.scan(document.text).claims:
+    for claim in _scan(document.text).claims:
         yield Region(claim.start, claim.end, claim, _evaluate_claim)
 
 
 def lint_parser(document):
     """One failing region per number that is neither a claim nor marked as not a claim."""
-    for number in claims.scan(document.text).unchecked:
+    for number in _scan(document.text).unchecked:
         yield Region(number.start, number.end, number, _evaluate_unchecked)
 
 

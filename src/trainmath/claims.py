@@ -151,9 +151,8 @@ def parse_statement(text: str) -> Statement:
 # ---------------------------------------------------------------------------------------
 
 def _as_fraction(value: object) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, Bytes)) and not hasattr(
-        value, "__float__"
-    ):
+    is_number = isinstance(value, (numbers.Real, Bytes)) or hasattr(value, "__float__")
+    if isinstance(value, bool) or not is_number:
         raise ClaimError(f"the expression gave {value!r} ({type(value).__name__}), not a number")
     if isinstance(value, Bytes):
         return Fraction(value.n)

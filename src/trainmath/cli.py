@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from fractions import Fraction
 from typing import Sequence
@@ -252,8 +253,7 @@ def estimate(args: argparse.Namespace) -> dict:
 
 def _whole(b: Bytes) -> int:
     """Whole bytes: a shard of an uneven division rounds up (that rank holds the extra byte)."""
-    n = Fraction(b.n)
-    return -(-n.numerator // n.denominator)
+    return math.ceil(b.n)
 
 
 def _shape_dict(m: models.ModelShape) -> dict:
