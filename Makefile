@@ -15,10 +15,10 @@ help:
 	@echo "make validate  check the library against real PyTorch on the CPU (installs torch)"
 	@echo "make lock   regenerate $(LOCK) from the newest compatible releases"
 
-$(STAMP): pyproject.toml $(LOCK)
+$(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) -e '.[docs,test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) -e '.[docs,test]' -e ./tools/mystclaims
 	touch $@
 
 test: $(STAMP)

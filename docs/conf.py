@@ -1,10 +1,5 @@
 """Sphinx configuration for trainmath. Pages are MyST notebooks executed by myst-nb."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent / "_ext"))
-
 project = "trainmath"
 author = "The trainmath authors"
 copyright = "2026, the trainmath authors"
@@ -13,8 +8,10 @@ extensions = [
     "myst_nb",  # loads myst_parser itself; listing both fails
     "sphinx_design",
     "sphinx.ext.mathjax",
-    "trainmath_sphinx",
+    "mystclaims.sphinx",  # checked numbers: runs each page once, renders the arithmetic
 ]
+mystclaims_library = ["trainmath"]  # popups link to these functions' reference entries
+mystclaims_watch = ["../src/trainmath"]  # every page depends on the library's source
 
 exclude_patterns = ["_build", "jupyter_execute", ".jupyter_cache", "**/.ipynb_checkpoints"]
 source_suffix = {".md": "myst-nb"}
@@ -22,9 +19,9 @@ source_suffix = {".md": "myst-nb"}
 # --- MyST and execution ---------------------------------------------------------------
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
-nb_execution_mode = "force"  # the library changes under the pages: never serve cached numbers
-nb_execution_raise_on_error = True
-nb_execution_timeout = 60
+# mystclaims runs each page's code once, in-process, and hands myst-nb the cell outputs: no
+# Jupyter kernel, no cache that could serve numbers from an older library.
+nb_execution_mode = "off"
 nb_merge_streams = True
 nb_render_markdown_format = "myst"  # tables printed by code cells render as tables
 

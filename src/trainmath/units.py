@@ -119,6 +119,10 @@ class Bytes:
     def __str__(self) -> str:
         return self.format("GB")
 
+    def __claim_bytes__(self) -> int | Fraction:
+        """The exact count: a checked claim states this in a byte unit, never as a bare number."""
+        return self.n
+
     # -- arithmetic -----------------------------------------------------------------
     def __add__(self, other: Bytes) -> Bytes:
         if isinstance(other, Bytes):

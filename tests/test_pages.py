@@ -1,0 +1,53 @@
+"""The drift check itself, on this site's pages: a changed digit must fail, with its place."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mystclaims import check, parse_statement, run_page, scan
+from mystclaims.language import latex_to_text
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_every_equality_claim_fails_when_its_number_drifts(path):
+    """Change the last digit of any stated number and its claim must fail."""
+    for result in run_page(scan(path.read_text()), {"__name__": "page"}, str(path)):
+        assert result.ok, result.message(str(path))
+        claim = result.claim
+        if parse_statement(claim.text).qualifier != "=":
+            continue
+        plain = latex_to_text(claim.text)
+        m = list(re.finditer(r"\d", plain))[-1]
+        drifted = plain[: m.start()] + str((int(m.group()) + 1) % 10) + plain[m.end():]
+        assert check(parse_statement(drifted), result.value, claim.tolerance) is not None, (
+            f"{path.name}:{claim.line}: {claim.text!r} still holds as {drifted!r}"
+        )
+
+
+def test_drift_fails_make_test_with_file_line_stated_and_computed(tmp_path):
+    """End to end: the failure a contributor sees names the file, line, text, value, expression."""
+    page = (ROOT / "docs" / "memory-math.md").read_text()
+    assert "{claim}`56 GB <state.optimizer_states>`" in page
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "page.md").write_text(
+        page.replace("{claim}`56 GB <state.optimizer_states>`", "{claim}`57 GB <state.optimizer_states>`")
+        + "\nA new sentence says 300 GPUs.\n"
+    )
+    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "docs/page.md"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 1, run.stdout
+    line = page[: page.index("{claim}`56 GB")].count("\n") + 1
+    column = page.split("\n")[line - 1].index("{claim}`56 GB") + 1
+    assert (f"docs/page.md:{line}:{column}: stated '57 GB', computed 56,000,000,000 bytes = "
+            "56 GB = 52.1541 GiB from `state.optimizer_states`" in run.stdout), run.stdout
+    assert "unchecked number '300' in: 'A new sentence says 300 GPUs.'" in run.stdout
+    assert "2 failed" in run.stdout

@@ -1,0 +1,147 @@
+"""sybil parsers: every page's code, claims, unchecked numbers and console examples as tests.
+
+The usual ``conftest.py``::
+
+    from mystclaims.sybil import collect
+
+    pytest_collect_file = collect(pages=["docs/*.md"], guides=["README.md"])
+
+Each claim is a test that runs after the code above it, in the page's namespace; each number
+that is neither a claim nor marked ``{nonclaim}`...``` is a failing test (pages only, not
+guides); each ``$ prog ...`` line of a ``console`` fence runs ``prog`` in-process (when
+``commands`` names it) and compares what it prints with the lines under it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from sybil import Region, Sybil
+from sybil.evaluators.python import PythonEvaluator
+from sybil.parsers.myst import CodeBlockParser, PythonCodeBlockParser
+
+from .runner import Result, check_claim
+from .scanner import Unchecked, scan
+
+#: A command run in-process: argv (without the program name) -> exit status.
+Command = Callable[[Sequence[str]], int]
+
+
+def _relative(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+@lru_cache(maxsize=64)
+def _scan(text: str, names: frozenset[str]):
+    return scan(text, names)
+
+
+def claim_parser(names: Iterable[str] = ()) -> Callable:
+    """A parser with one region per claim: checked after the code above it."""
+    names = frozenset(names)
+
+    def evaluate(example) -> str | None:
+        result: Result = check_claim(example.parsed, example.namespace, {})
+        return None if result.ok else result.message(_relative(example.path))
+
+    def parse(document):
+        for claim in _scan(document.text, names).claims:
+            yield Region(claim.start, claim.end, claim, evaluate)
+
+    return parse
+
+
+def lint_parser(names: Iterable[str] = ()) -> Callable:
+    """A parser with one failing region per number that is neither a claim nor a non-claim."""
+    names = frozenset(names)
+
+    def evaluate(example) -> str:
+        number: Unchecked = example.parsed
+        return number.message(_relative(example.path))
+
+    def parse(document):
+        for number in _scan(document.text, names).unchecked:
+            yield Region(number.start, number.end, number, evaluate)
+
+    return parse
+
+
+_CONSOLE = re.compile(r"^```console\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+_PROMPT = re.compile(r"^\$ (?P<cmd>(?:.*\\\n)*.*)\n(?P<out>(?:(?!\$ ).*\n)*)", re.MULTILINE)
+
+
+def console_parser(commands: dict[str, Command]) -> Callable:
+    """A parser for ``$ prog ...`` lines of console fences whose ``prog`` is in ``commands``.
+
+    The command runs in-process; its stdout and stderr, with trailing spaces stripped, must
+    equal the lines under the prompt. Output that starts with ``prog: error:`` expects exit
+    status 2, anything else 0.
+    """
+
+    def evaluate(example) -> str | None:
+        command, expected = example.parsed
+        argv = shlex.split(command)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = commands[argv[0]](argv[1:])
+        got = "\n".join(line.rstrip() for line in (out.getvalue() + err.getvalue()).splitlines())
+        want = 2 if expected.startswith(f"{argv[0]}: error:") else 0
+        if got == expected and status == want:
+            return None
+        return (f"{_relative(example.path)}:{example.line}: `$ {command}` exited {status} and "
+                f"printed:\n{got}\n--- but the page shows (exit {want}):\n{expected}")
+
+    def parse(document):
+        for block in _CONSOLE.finditer(document.text):
+            body, offset = block["body"], block.start("body")
+            for m in _PROMPT.finditer(body):
+                command = " ".join(part.rstrip("\\").strip() for part in m["cmd"].splitlines())
+                if shlex.split(command)[:1] and shlex.split(command)[0] in commands:
+                    expected = "\n".join(line.rstrip() for line in m["out"].rstrip("\n").splitlines())
+                    yield Region(offset + m.start(), offset + m.end(), (command, expected), evaluate)
+
+    return parse
+
+
+def code_parsers() -> list:
+    """sybil's MyST parsers for ``python`` fences and code cells, and ``ipython3`` cells."""
+    return [PythonCodeBlockParser(), CodeBlockParser(language="ipython3", evaluator=PythonEvaluator())]
+
+
+def close_figures(namespace: dict) -> None:
+    """Free the matplotlib figures a page drew, once its examples are done."""
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
+def collect(pages: Sequence[str] = ("docs/*.md",), guides: Sequence[str] = (),
+            names: Iterable[str] = (), commands: dict[str, Command] | None = None,
+            excludes: Sequence[str] = ("docs/_build/*",), teardown=close_figures):
+    """The ``pytest_collect_file`` hook for a site: pages are linted, guides are not.
+
+    ``names`` are tokens that start with a digit but are names (``1F1B``); ``commands`` maps a
+    program name in console fences to a function that runs it in-process. Patterns are relative
+    to the folder of the file that calls this (the ``conftest.py``), as in sybil itself.
+    """
+    root = str(Path(sys._getframe(1).f_code.co_filename).resolve().parent)
+    names = frozenset(names)
+    common = [*code_parsers(), claim_parser(names)]
+    if commands:
+        common.append(console_parser(commands))
+    page_sybil = Sybil(parsers=[*common, lint_parser(names)], patterns=list(pages),
+                       excludes=list(excludes), teardown=teardown, name="pages", path=root)
+    if not guides:
+        return page_sybil.pytest()
+    guide_sybil = Sybil(parsers=common, patterns=list(guides), teardown=teardown, name="guides",
+                         path=root)
+    return (page_sybil + guide_sybil).pytest()

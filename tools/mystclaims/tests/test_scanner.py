@@ -1,0 +1,91 @@
+"""Scanning a MyST page: claims, code and unchecked numbers, each with its place."""
+
+from mystclaims.scanner import scan
+
+PAGE = """\
+---
+kernelspec: {name: python3}
+---
+# A sample (1)
+
+```{code-cell} python
+:tags: [hide-input]
+x = 41 + 1
+```
+
+The answer is {claim}`42 <x>` and fp16, bf16, H100, ZeRO-3, Llama-2-7B, e4m3 are names.
+Rajbhandari et al. 2020 and (2022) and Table 2, eq. 1, §3.1 and 16-bit are citations or formats.
+See `code 123` and {nonclaim}`Figure-ish 7` and [a link](https://x.org/1910.02054).
+
+| a | b |
+|---|---|
+| {claim}`42 <x>` | 13 |
+
+$$ y = \\claim{42}{x} + 3h^2 + W_1 $$
+
+```{dropdown} Why {claim}`42 <x>` and not 43?
+Because 6 × 7.
+```
+
+```text
+99 bottles in a literal block
+```
+
+```python
+w = x + 1
+```
+
+% invisible-code-block: python
+%
+% z = 2 * x
+
+A last {claim}`84 <z>`, and 1F1B is a name here.
+"""
+
+
+def test_scan_finds_code_claims_and_unchecked_numbers():
+    page = scan(PAGE, names={"1F1B"})
+    assert [(c.source.strip(), c.kind) for c in page.code] == [
+        ("x = 41 + 1", "cell"), ("w = x + 1", "fence"), ("z = 2 * x", "invisible")]
+    assert [(c.text, c.expr, c.in_math) for c in page.claims] == [
+        ("42", "x", False), ("42", "x", False), ("42", "x", True), ("42", "x", False),
+        ("84", "z", False),
+    ]
+    assert [(u.token, u.line) for u in page.unchecked] == [
+        ("(1)", 4), ("13", 17), ("3", 19), ("43?", 21), ("6", 22), ("7.", 22),
+    ]
+    assert (page.claims[0].line, page.claims[0].column) == (11, 15)
+    assert all(c.error is None for c in page.claims)
+
+
+def test_names_that_start_with_a_digit_are_the_site_s_to_declare():
+    assert [u.token for u in scan("Schedule 1F1B and 3D.\n").unchecked] == ["1F1B"]
+    assert scan("Schedule 1F1B and 3D.\n", names={"1F1B"}).unchecked == []
+
+
+def test_two_claims_on_one_line_have_their_own_columns():
+    page = scan("First {claim}`1 <a>` then {claim}`2 <b>`.\n")
+    assert [c.where for c in page.claims] == ["1:7", "1:27"]
+
+
+def test_a_math_claim_whose_braces_never_close_is_an_error_at_its_line():
+    page = scan("Intro.\n\n$$ y = \\claim{42}{x $$\n\nAfter {claim}`1 <a>`.\n")
+    broken, after = page.claims
+    assert broken.line == 3 and broken.in_math
+    assert "do not close" in broken.error or "no closing brace" in broken.error
+    assert after.error is None and after.line == 5  # the rest of the page still scans
+
+
+def test_a_math_claim_without_an_expression_says_so():
+    page = scan("$$ y = \\claim{42} + 1 $$\n")
+    (claim,) = page.claims
+    assert claim.error == "\\claim{42} has no expression: write \\claim{42}{python expression}"
+    assert claim.line == 1
+
+
+def test_a_claim_that_cannot_be_read_is_kept_with_its_error():
+    page = scan("Para.\n\nIt needs {claim}`112 GiGs <x>` here.\n")
+    (claim,) = page.claims
+    assert claim.where == "3:10" and "unknown unit 'GiGs'" in claim.error
+    (claim,) = scan("Bad {claim}`112 GB` role.\n").claims
+    assert "written 'stated text <expression>'" in claim.error
