@@ -160,7 +160,7 @@ def run(app, docname: str, text: str) -> PageRun:
             state.results[result.claim.raw.strip()].append(Shown.of(result))
     except Exception as exc:  # noqa: BLE001 - the page's code failed: a build error, with place
         state.failed = True
-        line = last[0].line + _line_in_cell(exc) - 1 if last else None
+        line = last[0].line + _line_in_cell(exc, f"{path}:{last[0].line}") - 1 if last else None
         logger.warning("the page's code failed: %s: %s", type(exc).__name__, exc,
                        location=(docname, line))
     finally:
@@ -169,13 +169,17 @@ def run(app, docname: str, text: str) -> PageRun:
     return state
 
 
-def _line_in_cell(exc: BaseException) -> int:
-    """The line of the cell's own statement that raised (1 when it cannot be told)."""
+def _line_in_cell(exc: BaseException, filename: str) -> int:
+    """The line of the block's own statement that raised (1 when it cannot be told).
+
+    A cell runs under IPython's ``<ipython-input-...>`` name, other blocks under ``filename``.
+    """
     if isinstance(exc, SyntaxError) and exc.lineno:
         return exc.lineno
     tb = exc.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith("<ipython-input-"):
+        name = tb.tb_frame.f_code.co_filename
+        if name.startswith("<ipython-input-") or name == filename:
             return tb.tb_lineno
         tb = tb.tb_next
     return 1
