@@ -40,6 +40,8 @@ class SavedTensor:
 
 
 #: The tensors of one layer, Korthikanti et al. 2022, §4.1 (16-bit values, 1-byte masks).
+#:
+#: :meta hide-value:
 KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
     SavedTensor("attention", "input to the Q, K, V projections", sbh=2),
     SavedTensor("attention", "Q and K, inputs to QKᵀ", sbh=4),
@@ -98,7 +100,10 @@ def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
 # Any shape, tensor by tensor
 # ---------------------------------------------------------------------------------------
 
+#: What ``attention=`` accepts: eager attention keeps the s×s scores, FlashAttention does not.
 ATTENTION_KINDS = ("eager", "flash")
+#: What ``recompute=`` accepts: recompute nothing, the attention core (selective) or the whole
+#: layer from its input (full); Korthikanti et al. 2022 §5.
 RECOMPUTE_KINDS = ("none", "selective", "full")
 
 

@@ -19,6 +19,7 @@ from typing import Sequence
 from . import activations, memory, models, parallelism, sharding
 from .units import Bytes, parse_bytes
 
+#: The command's name, as usage and error messages print it.
 PROG = "trainmath"
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn", "vocab")

@@ -37,10 +37,14 @@ from fractions import Fraction
 from .models import ModelShape, param_breakdown
 from .units import Bytes, GB, choice, positive_int
 
+#: Precisions a :class:`Peak` is taken in.
 PRECISIONS = ("bf16", "fp16", "fp8")
+#: What ``recompute=`` accepts in :func:`flops_per_token`.
 RECOMPUTE = ("none", "selective", "full")
 
+#: 10^12 (SI prefix tera): a TFLOP/s is ``TERA`` FLOP/s.
 TERA = 10**12
+#: 10^15 (SI prefix peta): a PFLOP/s is ``PETA`` FLOP/s.
 PETA = 10**15
 
 
@@ -85,6 +89,9 @@ class Accelerator:
         return Peak(self.name, precision, self.dense_16bit, self.source)
 
 
+#: GPUs by key (:func:`gpu`), each with its dense peaks, memory and vendor document.
+#:
+#: :meta hide-value:
 GPUS: dict[str, Accelerator] = {
     g.key: g
     for g in (
@@ -319,6 +326,9 @@ class PublishedRun:
     source: str
 
 
+#: Reported MFU (and HFU) of published runs, each with its source, to calibrate against.
+#:
+#: :meta hide-value:
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     PublishedRun("PaLM 540B", "TPU v4", 6144, 0.462, 0.578,
                  "Chowdhery et al. 2022, PaLM, §4.1 and Table 3 (238.3K tokens/s)"),

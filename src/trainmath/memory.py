@@ -34,6 +34,9 @@ class Recipe:
     description: str
 
 
+#: The precision recipes by name (``precision=``), each with its source in ``description``.
+#:
+#: :meta hide-value:
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -77,6 +80,9 @@ class Optimizer:
 #: Block size of 8-bit Adam's block-wise quantisation (Dettmers et al. 2022, §2.1: B = 2048).
 ADAM_8BIT_BLOCK = 2048
 
+#: The optimizers by name (``optimizer_name=``), each with its source in ``description``.
+#:
+#: :meta hide-value:
 OPTIMIZERS: dict[str, Optimizer] = {
     o.name: o
     for o in (

@@ -20,7 +20,9 @@ from fractions import Fraction
 
 from .units import choice, positive_int
 
+#: MLP kinds: GeLU, two matrices; SwiGLU, three (Shazeer 2020).
 MLP_KINDS = ("gelu", "swiglu")
+#: Norm kinds: LayerNorm, a gain and a bias; RMSNorm, a gain only (Zhang & Sennrich 2019).
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 
@@ -208,6 +210,9 @@ def megatron_omissions(m: ModelShape) -> dict[str, int]:
 _LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and §2.2; config.json of meta-llama/{}"
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
+#: Published shapes by name (:func:`preset`), each with its source in ``source``.
+#:
+#: :meta hide-value:
 PRESETS: dict[str, ModelShape] = {
     p.name: p
     for p in (

@@ -49,6 +49,7 @@ from .models import ModelShape, param_breakdown
 from .sharding import check_stage, zero_states
 from .units import Bytes, choice, positive_int
 
+#: What ``recompute=`` accepts in :func:`communication` (Korthikanti et al. 2022, §5).
 RECOMPUTE = ("none", "selective", "full")
 
 

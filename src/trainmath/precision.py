@@ -152,6 +152,8 @@ def _tf32() -> FloatFormat:
 
 
 #: Every format this site discusses, widest first.
+#:
+#: :meta hide-value:
 FORMATS: dict[str, FloatFormat] = {
     "fp32": from_finfo("fp32", DTYPES["fp32"]),
     "tf32": _tf32(),
@@ -230,7 +232,7 @@ def _positive_real(label: str, value) -> Fraction:
 
 
 def max_safe_scale(grad: float, name: str = "fp16") -> int | Fraction:
-    """The largest power-of-two loss scale S with |grad| × S below the overflow threshold."""
+    """The largest power-of-two loss scale S with ``|grad| × S`` below the overflow threshold."""
     if isinstance(grad, numbers.Real) and not isinstance(grad, bool):
         grad = abs(grad)  # the sign does not matter
     g = _positive_real("grad", grad)
@@ -314,7 +316,7 @@ class ScalerRun:
 
 def simulate_loss_scaler(grad_max, name: str = "fp16",
                          scaler: LossScaler = GRADSCALER_DEFAULTS) -> ScalerRun:
-    """Run GradScaler's update rule over a stream of per-step largest |gradient| values.
+    """Run GradScaler's update rule over a stream of per-step largest gradient magnitudes.
 
     A step overflows when ``grad_max[t] × scale`` reaches the format's overflow threshold (or
     is inf/NaN): the step is skipped, the scale is multiplied by ``backoff_factor`` and the

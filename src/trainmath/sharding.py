@@ -69,7 +69,7 @@ def zero_states(
     """Per-device model-state bytes for ZeRO ``stage`` (0-3) over ``n_d`` ranks (ZeRO §5.1).
 
     Sharded amounts are exact: Ψ/N_d may be a Fraction of a byte (the paper's idealised
-    even split; :func:`fsdp_shard_numel` models the padding a real engine adds).
+    even split; :func:`fsdp2_rank` models the padding a real engine adds).
 
     >>> str(zero_states(7_500_000_000, 64, 1).total)        # ZeRO Figure 1: 31.4 GB
     '31.4 GB'
