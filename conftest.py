@@ -18,6 +18,8 @@ from pathlib import Path
 from sybil import Region, Sybil
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.myst import CodeBlockParser, PythonCodeBlockParser
+from sybil.parsers.rest import DocTestParser
+from sybil.sybil import SybilCollection
 
 from trainmath import claims
 
@@ -119,4 +121,9 @@ guides = Sybil(parsers=[*_code, claim_parser, console_parser],
                patterns=["README.md", "CONTRIBUTING.md"],
                name="guides")
 
-pytest_collect_file = (pages + guides).pytest()
+# The library's docstrings: each ``>>>`` example runs, in its module's namespace (sybil imports
+# src/trainmath/x.py as trainmath.x, the installed package, whatever pytest's import mode).
+library = Sybil(parsers=[DocTestParser()], patterns=["src/trainmath/*.py"],
+                excludes=["src/trainmath/__main__.py"], name="docstrings")
+
+pytest_collect_file = SybilCollection([pages, guides, library]).pytest()
