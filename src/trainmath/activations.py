@@ -396,6 +396,7 @@ class StageActivations:
 
     @property
     def total(self) -> Bytes:
+        """Everything this stage's device keeps for backward: its layers, inputs and outputs."""
         return self.layers + self.inputs + self.outputs
 
 

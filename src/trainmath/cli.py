@@ -88,6 +88,7 @@ def _one_of(what: str, accepted: Sequence, convert=str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``trainmath`` argument parser: the ``estimate`` subcommand and its flags."""
     parser = _Parser(prog=PROG, description="The arithmetic of large-model training, checked.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     est = sub.add_parser(

@@ -114,6 +114,7 @@ class BytesPerParam:
 
     @property
     def total(self) -> int | Fraction:
+        """All four kinds together: ZeRO §3.1's 2 + 2 + K with 16-bit compute."""
         return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
     @property
@@ -163,10 +164,13 @@ class ModelStates:
 
     @property
     def model_states(self) -> Bytes:
+        """Weights, gradients, master weights and optimizer states together."""
         return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
     @property
     def total(self) -> Bytes:
+        """All the memory counted: the model states (:class:`~trainmath.parallelism.DeviceMemory`
+        adds activations)."""
         return self.model_states
 
     @property

@@ -48,6 +48,7 @@ class ModelShape:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head: h / a."""
         return self.hidden // self.heads
 
     @property
@@ -108,10 +109,12 @@ class ParamBreakdown:
 
     @property
     def per_layer(self) -> int:
+        """Parameters of one decoder layer: attention, MLP and the two norms."""
         return self.per_layer_attention + self.per_layer_mlp + self.per_layer_norms
 
     @property
     def total(self) -> int:
+        """Parameters of the whole model: embeddings, L layers, final norm and LM head."""
         return self.embedding + self.layers * self.per_layer + self.final_norm + self.lm_head
 
 

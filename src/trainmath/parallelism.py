@@ -71,6 +71,7 @@ class Layout:
 
     @property
     def gpus(self) -> int:
+        """GPUs the layout needs: dp · tp · pp · cp."""
         return self.dp * self.tp * self.pp * self.cp
 
     @property
@@ -204,6 +205,7 @@ class StageParams:
 
     @property
     def total(self) -> int:
+        """Parameters on one device of this stage."""
         return self.layer_sharded + self.layer_replicated + self.embedding + self.lm_head + self.final_norm
 
 
@@ -266,9 +268,11 @@ class DeviceMemory(ModelStates):
 
     @property
     def total(self) -> Bytes:
+        """Model states plus activations: what this device must hold."""
         return self.model_states + self.activations
 
     def parts(self) -> dict[str, Bytes]:
+        """Each kind of state by name, then the activations."""
         return {**super().parts(), "activations": self.activations}
 
 
@@ -381,9 +385,11 @@ class Communication:
 
     @property
     def total(self) -> Bytes:
+        """Bytes this device sends per step, all schemes together."""
         return self.data_parallel + self.tensor_parallel + self.pipeline_parallel + self.context_parallel
 
     def parts(self) -> dict[str, Bytes]:
+        """Each scheme's bytes by name."""
         return {
             "data parallel": self.data_parallel,
             "tensor parallel": self.tensor_parallel,
@@ -548,6 +554,7 @@ class Plan:
 
     @property
     def tokens_per_step(self) -> int:
+        """Tokens per optimizer step: global batch × sequence length."""
         return self.global_batch * self.seq_len
 
     def fits(self, capacity: Bytes) -> bool:

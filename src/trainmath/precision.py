@@ -307,10 +307,12 @@ class ScalerRun:
 
     @property
     def steps(self) -> int:
+        """Steps simulated."""
         return len(self.scales)
 
     @property
     def skipped_steps(self) -> int:
+        """Steps skipped because the scaled gradients overflowed."""
         return int(self.skipped.sum())
 
 

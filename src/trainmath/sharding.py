@@ -178,6 +178,7 @@ class FsdpMemory:
 
     @property
     def transient(self) -> Bytes:
+        """Gathered parameters plus unsharded gradients, held only around one unit's compute."""
         return self.gathered_params + self.unsharded_grads
 
     @property
@@ -266,6 +267,7 @@ class StepTraffic:
 
     @property
     def total(self) -> Bytes:
+        """All the bytes this rank sends per step."""
         return self.all_reduce + self.reduce_scatter + self.all_gather
 
 
@@ -382,6 +384,7 @@ class Fsdp2Rank:
 
     @property
     def total(self) -> Bytes:
+        """Parameters, gradients and optimizer states on this rank (gathered units not included)."""
         return self.parameters + self.gradients + self.optimizer_states
 
     @property
