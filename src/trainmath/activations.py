@@ -66,7 +66,10 @@ AS2B_COEFFICIENT = sum(t.as2b for t in KORTHIKANTI_LAYER)
 
 
 def block_coefficients(block: str) -> tuple[int, int]:
-    """(bytes per sbh, bytes per as²b) of one block: "attention", "MLP" or "LayerNorm"."""
+    """(bytes per sbh, bytes per as²b) of one block: "attention", "MLP" or "LayerNorm".
+
+    Korthikanti et al. 2022, §4.1, block by block (:data:`KORTHIKANTI_LAYER`).
+    """
     tensors = [t for t in KORTHIKANTI_LAYER if t.block == block]
     if not tensors:
         blocks = sorted({t.block for t in KORTHIKANTI_LAYER})
@@ -75,7 +78,9 @@ def block_coefficients(block: str) -> tuple[int, int]:
 
 
 def layer_activation_bytes(s: int, b: int, h: int, a: int) -> Bytes:
-    """Bytes one GPT-style layer saves for backward: sbh(34 + 5as/h) (Korthikanti eq. 1).
+    """Bytes one GPT-style layer saves for backward: sbh(34 + 5as/h).
+
+    Korthikanti et al. 2022, §4.1, eq. 1.
 
     >>> layer_activation_bytes(s=2048, b=1, h=4096, a=32).n
     956301312
@@ -88,7 +93,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int) -> Bytes:
 
 
 def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
-    """Eq. 1 times the number of layers, for ``model``'s h, a and L.
+    """Korthikanti et al. 2022's eq. 1 (§4.1) times the layers, for ``model``'s h, a and L.
 
     Eq. 1 counts a GPT-style layer; for other architectures (SwiGLU, GQA, no dropout,
     FlashAttention) it is an estimate, not a count: :func:`layer_activations` counts them.

@@ -173,7 +173,12 @@ def _shape(args: argparse.Namespace) -> models.ModelShape | None:
 
 
 def estimate(args: argparse.Namespace) -> dict:
-    """The estimate as a JSON-ready dict: sizes are whole bytes per device."""
+    """The estimate as a JSON-ready dict: sizes are whole bytes per device.
+
+    Model states from :func:`trainmath.parallelism.device_memory` (ZeRO §5.1), activations from
+    :func:`trainmath.activations.stage_activations` (Korthikanti et al. 2022): their docstrings
+    cite each formula.
+    """
     model = _shape(args)
     lay = parallelism.layout(args.dp, args.tp, args.pp, args.cp, v=args.interleave,
                              sequence_parallel=args.sequence_parallel)

@@ -141,6 +141,12 @@ def optimizer(name: str) -> Optimizer:
 def bytes_per_param(precision: str = "bf16-mixed", optimizer_name: str = "adamw") -> BytesPerParam:
     """Bytes per parameter for a precision recipe and an optimizer.
 
+    The four kinds of state as ZeRO §3.1 counts them (Rajbhandari et al. 2020): weights and
+    gradients in the recipe's compute precision, master weights, and the optimizer's state
+    values (K = 12 bytes of master weights and Adam's m and v for mixed precision, 16 bytes
+    in all). Each recipe and optimizer names its own source (:data:`RECIPES`,
+    :data:`OPTIMIZERS`); 8-bit Adam adds its block-wise constants (Dettmers et al. 2022, §2).
+
     >>> bytes_per_param("bf16-mixed", "adamw").total
     16
     """

@@ -119,7 +119,14 @@ class ParamBreakdown:
 
 
 def param_breakdown(m: ModelShape) -> ParamBreakdown:
-    """Parameters of each part of ``m``, counted from its weight matrices and vectors."""
+    """Parameters of each part of ``m``, counted from its weight matrices and vectors.
+
+    Attention: the query, key, value and output projections (Vaswani et al. 2017, §3.2.2),
+    with keys and values kv_heads × head_dim wide under grouped-query attention (Ainslie et al.
+    2023). MLP: two matrices of h × ffn (Vaswani et al. 2017, §3.3), three for SwiGLU
+    (Shazeer 2020). Norms: LayerNorm has a gain and a bias (Ba et al. 2016), RMSNorm a gain
+    only (Zhang & Sennrich 2019). Embeddings: V × h, plus learned positions.
+    """
     h, kv = m.hidden, m.kv_dim
     attention = h * h + 2 * h * kv + h * h  # query, key, value, output projections
     if m.bias:
@@ -141,7 +148,7 @@ def param_breakdown(m: ModelShape) -> ParamBreakdown:
 
 
 def param_count(m: ModelShape) -> int:
-    """Total parameters of ``m``.
+    """Total parameters of ``m``: the sum of :func:`param_breakdown`, which cites each part.
 
     >>> param_count(preset("llama-2-7b"))
     6738415616

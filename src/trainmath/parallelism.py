@@ -110,6 +110,9 @@ def layout(
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
     """m, the micro-batches each pipeline runs per step: B / (dp · b), which must be whole.
 
+    Megatron-LM's count (its README: global batch size / (data-parallel size × micro-batch
+    size)), the m of Narayanan et al. 2021.
+
     >>> microbatches(512, dp=16, micro_batch=1)
     32
     """
@@ -213,7 +216,9 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     """Parameters on one device of each pipeline stage, exactly, from ``param_breakdown``.
 
     Per layer, ``per_layer_norms`` and (with biases) the two row-parallel biases (attention
-    output, second MLP projection: 2h) are replicated; everything else is divided by t.
+    output, second MLP projection: 2h) are replicated; everything else is divided by t
+    (Shoeybi et al. 2019, §3). Stages hold L/p layers each, the first also the embedding, the
+    last the final norm and LM head (Narayanan et al. 2021, §2.2).
     """
     t, p = lay.tp, lay.pp
     if model.layers % p:
@@ -350,7 +355,11 @@ def bubble_fraction(p: int, m: int, v: int = 1) -> Fraction:
 
 
 def bubble_share(p: int, m: int, v: int = 1) -> Fraction:
-    """The bubble's share of a whole step: (p-1)/(m·v + p-1) = f/(1+f) for f = bubble_fraction."""
+    """The bubble's share of a whole step: (p-1)/(m·v + p-1) = f/(1+f) for f = bubble_fraction.
+
+    f is bubble time over ideal time (Narayanan et al. 2021, §2.2.1 and §2.2.2); a step lasts
+    the ideal time plus the bubble, so the bubble takes f/(1+f) of it.
+    """
     f = bubble_fraction(p, m, v)
     return f / (1 + f)
 
@@ -368,7 +377,10 @@ def ring_all_reduce_factor(n: int) -> Fraction:
 
 
 def ring_gather_factor(n: int) -> Fraction:
-    """Bytes each rank sends in a ring all-gather or reduce-scatter, per byte of the full buffer."""
+    """Bytes each rank sends in a ring all-gather or reduce-scatter, per byte of the full buffer.
+
+    (n-1)/n: half of a ring all-reduce (Patarasuk & Yuan 2009; ZeRO §7.1).
+    """
     n = positive_int("n (ranks)", n)
     return Fraction(n - 1, n)
 

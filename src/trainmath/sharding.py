@@ -111,7 +111,8 @@ def min_ranks(
 
     ``reserved`` holds what is not model state (activations, gathered units, buffers). Returns
     None when no N_d up to ``limit`` fits: the unsharded part (2Ψ + 2Ψ at stage 1, 2Ψ at
-    stage 2, everything at stage 0) does not shrink with N_d.
+    stage 2, everything at stage 0) does not shrink with N_d. ZeRO §5.1's per-device totals
+    (see :func:`zero_states`), solved for N_d.
     """
     if not isinstance(capacity, Bytes) or not isinstance(reserved, Bytes):
         raise ValueError(f"capacity and reserved must be Bytes, got {capacity!r} and {reserved!r}")
@@ -351,6 +352,9 @@ STEP_BYTES = {"adam": 4, "adamw": 4, "sgd": 0, "sgd-momentum": 0}
 def dim0_rows(rows: int, n: int) -> tuple[int, ...]:
     """Rows of dim 0 that each of ``n`` ranks holds, as ``torch.chunk`` splits them.
 
+    ceil(rows/n) rows per rank until they run out: FSDP2's dim-0 sharding (torch 2.13,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``; checked by validate/test_fsdp.py).
+
     >>> dim0_rows(5, 4)
     (2, 2, 1, 0)
     """
@@ -398,7 +402,8 @@ def fsdp2_dtypes(precision: str = "fp32") -> tuple[int, int]:
     """(bytes of a stored sharded parameter and its gradient, bytes of a gathered one).
 
     Under ``MixedPrecisionPolicy(param_dtype=bf16)`` the fp32 parameter is itself the master
-    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits when it all-gathers.
+    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits when it all-gathers
+    (torch 2.13's ``fully_shard``; checked by validate/test_fsdp.py).
     """
     r = recipe(precision)
     return (r.master_weights or r.weights, r.weights)
