@@ -8,6 +8,8 @@ extensions = [
     "myst_nb",  # loads myst_parser itself; listing both fails
     "sphinx_design",
     "sphinx.ext.mathjax",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.viewcode",
     "mystclaims.sphinx",  # checked numbers: runs each page once, renders the arithmetic
 ]
 mystclaims_library = ["trainmath"]  # popups link to these functions' reference entries
@@ -42,3 +44,19 @@ html_theme_options = {
 }
 html_show_sourcelink = False
 nitpicky = True
+
+# --- API reference (docs/reference/): autodoc from the library's docstrings ----------------
+autodoc_member_order = "bysource"  # the order each module presents its topics in
+autodoc_typehints = "signature"
+python_maximum_signature_line_length = 100  # a longer signature: one parameter per line
+autodoc_typehints_format = "short"
+autodoc_preserve_defaults = True  # defaults as the source writes them: Bytes(0), 1 << 20
+add_module_names = False  # "training_state(...)", not "trainmath.memory.training_state(...)"
+python_use_unqualified_type_names = True
+# Types from outside the library are shown by name, unlinked (no remote inventories offline).
+nitpick_ignore = [
+    ("py:class", "fractions.Fraction"),
+    ("py:class", "numpy.ndarray"),
+    ("py:class", "argparse.ArgumentParser"),
+    ("py:class", "argparse.Namespace"),
+]

@@ -182,11 +182,3 @@ def test_utilization_bad_input():
                                          r"dense bf16 peak of one x, 1.0 TFLOP/s: above the peak"):
         mfu(1001, 10**9, 1, Peak("x", "bf16", 1e12, ""))
 
-
-def test_docstring_examples():
-    import doctest
-
-    from trainmath import compute
-
-    result = doctest.testmod(compute)
-    assert result.attempted >= 2 and result.failed == 0

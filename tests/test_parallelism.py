@@ -287,11 +287,3 @@ def test_plan_llama_3_70b_on_512_gpus():
     with pytest.raises(ValueError, match="gpus 256 ≠ dp × tp × pp × cp"):
         plan(LLAMA3_70B, lay, seq_len=8192, micro_batch=1, global_batch=512, gpus=256)
 
-
-def test_docstring_examples():
-    import doctest
-
-    from trainmath import parallelism
-
-    result = doctest.testmod(parallelism)
-    assert result.attempted >= 3 and result.failed == 0

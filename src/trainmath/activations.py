@@ -40,6 +40,8 @@ class SavedTensor:
 
 
 #: The tensors of one layer, Korthikanti et al. 2022, §4.1 (16-bit values, 1-byte masks).
+#:
+#: :meta hide-value:
 KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
     SavedTensor("attention", "input to the Q, K, V projections", sbh=2),
     SavedTensor("attention", "Q and K, inputs to QKᵀ", sbh=4),
@@ -64,7 +66,10 @@ AS2B_COEFFICIENT = sum(t.as2b for t in KORTHIKANTI_LAYER)
 
 
 def block_coefficients(block: str) -> tuple[int, int]:
-    """(bytes per sbh, bytes per as²b) of one block: "attention", "MLP" or "LayerNorm"."""
+    """(bytes per sbh, bytes per as²b) of one block: "attention", "MLP" or "LayerNorm".
+
+    Korthikanti et al. 2022, §4.1, block by block (:data:`KORTHIKANTI_LAYER`).
+    """
     tensors = [t for t in KORTHIKANTI_LAYER if t.block == block]
     if not tensors:
         blocks = sorted({t.block for t in KORTHIKANTI_LAYER})
@@ -73,7 +78,9 @@ def block_coefficients(block: str) -> tuple[int, int]:
 
 
 def layer_activation_bytes(s: int, b: int, h: int, a: int) -> Bytes:
-    """Bytes one GPT-style layer saves for backward: sbh(34 + 5as/h) (Korthikanti eq. 1).
+    """Bytes one GPT-style layer saves for backward: sbh(34 + 5as/h).
+
+    Korthikanti et al. 2022, §4.1, eq. 1.
 
     >>> layer_activation_bytes(s=2048, b=1, h=4096, a=32).n
     956301312
@@ -86,7 +93,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int) -> Bytes:
 
 
 def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
-    """Eq. 1 times the number of layers, for ``model``'s h, a and L.
+    """Korthikanti et al. 2022's eq. 1 (§4.1) times the layers, for ``model``'s h, a and L.
 
     Eq. 1 counts a GPT-style layer; for other architectures (SwiGLU, GQA, no dropout,
     FlashAttention) it is an estimate, not a count: :func:`layer_activations` counts them.
@@ -98,7 +105,10 @@ def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
 # Any shape, tensor by tensor
 # ---------------------------------------------------------------------------------------
 
+#: What ``attention=`` accepts: eager attention keeps the s×s scores, FlashAttention does not.
 ATTENTION_KINDS = ("eager", "flash")
+#: What ``recompute=`` accepts: recompute nothing, the attention core (selective) or the whole
+#: layer from its input (full); Korthikanti et al. 2022 §5.
 RECOMPUTE_KINDS = ("none", "selective", "full")
 
 
@@ -391,6 +401,7 @@ class StageActivations:
 
     @property
     def total(self) -> Bytes:
+        """Everything this stage's device keeps for backward: its layers, inputs and outputs."""
         return self.layers + self.inputs + self.outputs
 
 

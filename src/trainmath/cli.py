@@ -19,6 +19,7 @@ from typing import Sequence
 from . import activations, memory, models, parallelism, sharding
 from .units import Bytes, parse_bytes
 
+#: The command's name, as usage and error messages print it.
 PROG = "trainmath"
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn", "vocab")
@@ -87,6 +88,7 @@ def _one_of(what: str, accepted: Sequence, convert=str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``trainmath`` argument parser: the ``estimate`` subcommand and its flags."""
     parser = _Parser(prog=PROG, description="The arithmetic of large-model training, checked.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     est = sub.add_parser(
@@ -171,7 +173,12 @@ def _shape(args: argparse.Namespace) -> models.ModelShape | None:
 
 
 def estimate(args: argparse.Namespace) -> dict:
-    """The estimate as a JSON-ready dict: sizes are whole bytes per device."""
+    """The estimate as a JSON-ready dict: sizes are whole bytes per device.
+
+    Model states from :func:`trainmath.parallelism.device_memory` (ZeRO §5.1), activations from
+    :func:`trainmath.activations.stage_activations` (Korthikanti et al. 2022): their docstrings
+    cite each formula.
+    """
     model = _shape(args)
     lay = parallelism.layout(args.dp, args.tp, args.pp, args.cp, v=args.interleave,
                              sequence_parallel=args.sequence_parallel)

@@ -37,10 +37,14 @@ from fractions import Fraction
 from .models import ModelShape, param_breakdown
 from .units import Bytes, GB, choice, positive_int
 
+#: Precisions a :class:`Peak` is taken in.
 PRECISIONS = ("bf16", "fp16", "fp8")
+#: What ``recompute=`` accepts in :func:`flops_per_token`.
 RECOMPUTE = ("none", "selective", "full")
 
+#: 10^12 (SI prefix tera): a TFLOP/s is ``TERA`` FLOP/s.
 TERA = 10**12
+#: 10^15 (SI prefix peta): a PFLOP/s is ``PETA`` FLOP/s.
 PETA = 10**15
 
 
@@ -85,6 +89,9 @@ class Accelerator:
         return Peak(self.name, precision, self.dense_16bit, self.source)
 
 
+#: GPUs by key (:func:`gpu`), each with its dense peaks, memory and vendor document.
+#:
+#: :meta hide-value:
 GPUS: dict[str, Accelerator] = {
     g.key: g
     for g in (
@@ -125,6 +132,8 @@ def gpu(key: str) -> Accelerator:
 def peak_flops(key: str, precision: str = "bf16") -> Peak:
     """Dense peak FLOP/s of one GPU in ``precision``: the MFU denominator of this library.
 
+    From the vendor document each :data:`GPUS` entry names in ``source``.
+
     >>> peak_flops("h100-sxm").describe()
     'dense bf16 peak of one H100 SXM, 989.4 TFLOP/s'
     """
@@ -159,7 +168,9 @@ def matmul_params(model: ModelShape) -> int:
     """Parameters that multiply activations: the layers' weight matrices plus the LM head (V·h).
 
     The embedding lookup, norms and biases are excluded (they cost no matrix multiplies); a tied
-    embedding still counts once, as the LM head.
+    embedding still counts once, as the LM head. This is the N of PaLM's 6N (Chowdhery et al.
+    2022, Appendix B) that makes 6N + 12Lhs equal Korthikanti et al. 2022's model FLOPs for a
+    GPT shape.
     """
     parts = param_breakdown(model)
     h = model.hidden
@@ -254,7 +265,8 @@ def mfu(tokens_per_second: float, flops: FlopsPerToken | int, gpus: int, peak: P
     """Model FLOPs utilization: tokens/s × model FLOPs per token ÷ (gpus × ``peak.flops``).
 
     The denominator is ``peak``, the dense peak of one GPU in one precision (e.g.
-    ``peak_flops("h100-sxm", "bf16")``); the result names it in ``describe()``.
+    ``peak_flops("h100-sxm", "bf16")``); the result names it in ``describe()``. Chowdhery et al.
+    2022, §4.1 and Appendix B.
     """
     per_token = flops.model if isinstance(flops, FlopsPerToken) else positive_int("flops", flops)
     return _utilization("MFU", tokens_per_second, per_token, gpus, peak)
@@ -263,7 +275,8 @@ def mfu(tokens_per_second: float, flops: FlopsPerToken | int, gpus: int, peak: P
 def hfu(tokens_per_second: float, flops: FlopsPerToken, gpus: int, peak: Peak) -> Utilization:
     """Hardware FLOPs utilization: as :func:`mfu` with the hardware FLOPs (recomputation counted).
 
-    The denominator is ``peak``, the dense peak of one GPU in one precision.
+    The denominator is ``peak``, the dense peak of one GPU in one precision. Chowdhery et al.
+    2022, Appendix B; Korthikanti et al. 2022, §6.
     """
     if not isinstance(flops, FlopsPerToken):
         raise ValueError(f"hfu needs a FlopsPerToken (see flops_per_token), got {flops!r}")
@@ -271,7 +284,10 @@ def hfu(tokens_per_second: float, flops: FlopsPerToken, gpus: int, peak: Peak) -
 
 
 def tokens_per_second(mfu_fraction: float, flops: FlopsPerToken | int, gpus: int, peak: Peak) -> float:
-    """The throughput that a given MFU means: mfu × gpus × ``peak.flops`` ÷ model FLOPs per token."""
+    """The throughput a given MFU means: mfu × gpus × ``peak.flops`` ÷ model FLOPs per token.
+
+    :func:`mfu`'s definition (Chowdhery et al. 2022, Appendix B) solved for tokens per second.
+    """
     per_token = flops.model if isinstance(flops, FlopsPerToken) else positive_int("flops", flops)
     if isinstance(mfu_fraction, bool) or not 0 < mfu_fraction <= 1:
         raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu_fraction!r}")
@@ -284,7 +300,8 @@ def time_to_train(
     """Seconds to train on ``tokens`` tokens at ``mfu_fraction`` of ``gpus`` × ``peak.flops``.
 
     = tokens × model FLOPs per token ÷ (mfu × gpus × peak): the denominator is the dense peak
-    ``peak`` names, the same one the MFU was measured against.
+    ``peak`` names, the same one the MFU was measured against. Narayanan et al. 2021 estimate
+    training time the same way, with their own FLOPs per token in place of the model FLOPs.
     """
     d = positive_int("tokens", tokens)
     return d / tokens_per_second(mfu_fraction, flops, gpus, peak)
@@ -295,7 +312,8 @@ def scaling_efficiency(
 ) -> float:
     """Throughput per GPU at ``gpus`` over throughput per GPU at ``base_gpus`` (weak scaling).
 
-    1.0 is perfect linear scaling; the same number as MFU at scale ÷ MFU at the base.
+    1.0 is perfect linear scaling; the same number as MFU at scale ÷ MFU at the base. A
+    definition, not a paper's formula.
     """
     checks = (("base_tokens_per_second", base_tokens_per_second), ("tokens_per_second", tokens_per_second))
     for name, value in checks:
@@ -319,6 +337,9 @@ class PublishedRun:
     source: str
 
 
+#: Reported MFU (and HFU) of published runs, each with its source, to calibrate against.
+#:
+#: :meta hide-value:
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     PublishedRun("PaLM 540B", "TPU v4", 6144, 0.462, 0.578,
                  "Chowdhery et al. 2022, PaLM, §4.1 and Table 3 (238.3K tokens/s)"),

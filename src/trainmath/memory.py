@@ -34,6 +34,9 @@ class Recipe:
     description: str
 
 
+#: The precision recipes by name (``precision=``), each with its source in ``description``.
+#:
+#: :meta hide-value:
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -77,6 +80,9 @@ class Optimizer:
 #: Block size of 8-bit Adam's block-wise quantisation (Dettmers et al. 2022, §2.1: B = 2048).
 ADAM_8BIT_BLOCK = 2048
 
+#: The optimizers by name (``optimizer_name=``), each with its source in ``description``.
+#:
+#: :meta hide-value:
 OPTIMIZERS: dict[str, Optimizer] = {
     o.name: o
     for o in (
@@ -108,6 +114,7 @@ class BytesPerParam:
 
     @property
     def total(self) -> int | Fraction:
+        """All four kinds together: ZeRO §3.1's 2 + 2 + K with 16-bit compute."""
         return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
     @property
@@ -134,6 +141,12 @@ def optimizer(name: str) -> Optimizer:
 def bytes_per_param(precision: str = "bf16-mixed", optimizer_name: str = "adamw") -> BytesPerParam:
     """Bytes per parameter for a precision recipe and an optimizer.
 
+    The four kinds of state as ZeRO §3.1 counts them (Rajbhandari et al. 2020): weights and
+    gradients in the recipe's compute precision, master weights, and the optimizer's state
+    values (K = 12 bytes of master weights and Adam's m and v for mixed precision, 16 bytes
+    in all). Each recipe and optimizer names its own source (:data:`RECIPES`,
+    :data:`OPTIMIZERS`); 8-bit Adam adds its block-wise constants (Dettmers et al. 2022, §2).
+
     >>> bytes_per_param("bf16-mixed", "adamw").total
     16
     """
@@ -157,10 +170,13 @@ class ModelStates:
 
     @property
     def model_states(self) -> Bytes:
+        """Weights, gradients, master weights and optimizer states together."""
         return self.weights + self.gradients + self.master_weights + self.optimizer_states
 
     @property
     def total(self) -> Bytes:
+        """All the memory counted: the model states (:class:`~trainmath.parallelism.DeviceMemory`
+        adds activations)."""
         return self.model_states
 
     @property

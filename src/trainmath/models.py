@@ -20,7 +20,9 @@ from fractions import Fraction
 
 from .units import choice, positive_int
 
+#: MLP kinds: GeLU, two matrices; SwiGLU, three (Shazeer 2020).
 MLP_KINDS = ("gelu", "swiglu")
+#: Norm kinds: LayerNorm, a gain and a bias; RMSNorm, a gain only (Zhang & Sennrich 2019).
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 
@@ -46,6 +48,7 @@ class ModelShape:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head: h / a."""
         return self.hidden // self.heads
 
     @property
@@ -106,15 +109,24 @@ class ParamBreakdown:
 
     @property
     def per_layer(self) -> int:
+        """Parameters of one decoder layer: attention, MLP and the two norms."""
         return self.per_layer_attention + self.per_layer_mlp + self.per_layer_norms
 
     @property
     def total(self) -> int:
+        """Parameters of the whole model: embeddings, L layers, final norm and LM head."""
         return self.embedding + self.layers * self.per_layer + self.final_norm + self.lm_head
 
 
 def param_breakdown(m: ModelShape) -> ParamBreakdown:
-    """Parameters of each part of ``m``, counted from its weight matrices and vectors."""
+    """Parameters of each part of ``m``, counted from its weight matrices and vectors.
+
+    Attention: the query, key, value and output projections (Vaswani et al. 2017, §3.2.2),
+    with keys and values kv_heads × head_dim wide under grouped-query attention (Ainslie et al.
+    2023). MLP: two matrices of h × ffn (Vaswani et al. 2017, §3.3), three for SwiGLU
+    (Shazeer 2020). Norms: LayerNorm has a gain and a bias (Ba et al. 2016), RMSNorm a gain
+    only (Zhang & Sennrich 2019). Embeddings: V × h, plus learned positions.
+    """
     h, kv = m.hidden, m.kv_dim
     attention = h * h + 2 * h * kv + h * h  # query, key, value, output projections
     if m.bias:
@@ -136,7 +148,7 @@ def param_breakdown(m: ModelShape) -> ParamBreakdown:
 
 
 def param_count(m: ModelShape) -> int:
-    """Total parameters of ``m``.
+    """Total parameters of ``m``: the sum of :func:`param_breakdown`, which cites each part.
 
     >>> param_count(preset("llama-2-7b"))
     6738415616
@@ -208,6 +220,9 @@ def megatron_omissions(m: ModelShape) -> dict[str, int]:
 _LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and §2.2; config.json of meta-llama/{}"
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
+#: Published shapes by name (:func:`preset`), each with its source in ``source``.
+#:
+#: :meta hide-value:
 PRESETS: dict[str, ModelShape] = {
     p.name: p
     for p in (

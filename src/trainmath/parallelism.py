@@ -49,6 +49,7 @@ from .models import ModelShape, param_breakdown
 from .sharding import check_stage, zero_states
 from .units import Bytes, choice, positive_int
 
+#: What ``recompute=`` accepts in :func:`communication` (Korthikanti et al. 2022, §5).
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -70,6 +71,7 @@ class Layout:
 
     @property
     def gpus(self) -> int:
+        """GPUs the layout needs: dp · tp · pp · cp."""
         return self.dp * self.tp * self.pp * self.cp
 
     @property
@@ -107,6 +109,9 @@ def layout(
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
     """m, the micro-batches each pipeline runs per step: B / (dp · b), which must be whole.
+
+    Megatron-LM's count (its README: global batch size / (data-parallel size × micro-batch
+    size)), the m of Narayanan et al. 2021.
 
     >>> microbatches(512, dp=16, micro_batch=1)
     32
@@ -203,6 +208,7 @@ class StageParams:
 
     @property
     def total(self) -> int:
+        """Parameters on one device of this stage."""
         return self.layer_sharded + self.layer_replicated + self.embedding + self.lm_head + self.final_norm
 
 
@@ -210,7 +216,9 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     """Parameters on one device of each pipeline stage, exactly, from ``param_breakdown``.
 
     Per layer, ``per_layer_norms`` and (with biases) the two row-parallel biases (attention
-    output, second MLP projection: 2h) are replicated; everything else is divided by t.
+    output, second MLP projection: 2h) are replicated; everything else is divided by t
+    (Shoeybi et al. 2019, §3). Stages hold L/p layers each, the first also the embedding, the
+    last the final norm and LM head (Narayanan et al. 2021, §2.2).
     """
     t, p = lay.tp, lay.pp
     if model.layers % p:
@@ -265,9 +273,11 @@ class DeviceMemory(ModelStates):
 
     @property
     def total(self) -> Bytes:
+        """Model states plus activations: what this device must hold."""
         return self.model_states + self.activations
 
     def parts(self) -> dict[str, Bytes]:
+        """Each kind of state by name, then the activations."""
         return {**super().parts(), "activations": self.activations}
 
 
@@ -345,7 +355,11 @@ def bubble_fraction(p: int, m: int, v: int = 1) -> Fraction:
 
 
 def bubble_share(p: int, m: int, v: int = 1) -> Fraction:
-    """The bubble's share of a whole step: (p-1)/(m·v + p-1) = f/(1+f) for f = bubble_fraction."""
+    """The bubble's share of a whole step: (p-1)/(m·v + p-1) = f/(1+f) for f = bubble_fraction.
+
+    f is bubble time over ideal time (Narayanan et al. 2021, §2.2.1 and §2.2.2); a step lasts
+    the ideal time plus the bubble, so the bubble takes f/(1+f) of it.
+    """
     f = bubble_fraction(p, m, v)
     return f / (1 + f)
 
@@ -363,7 +377,10 @@ def ring_all_reduce_factor(n: int) -> Fraction:
 
 
 def ring_gather_factor(n: int) -> Fraction:
-    """Bytes each rank sends in a ring all-gather or reduce-scatter, per byte of the full buffer."""
+    """Bytes each rank sends in a ring all-gather or reduce-scatter, per byte of the full buffer.
+
+    (n-1)/n: half of a ring all-reduce (Patarasuk & Yuan 2009; ZeRO §7.1).
+    """
     n = positive_int("n (ranks)", n)
     return Fraction(n - 1, n)
 
@@ -380,9 +397,11 @@ class Communication:
 
     @property
     def total(self) -> Bytes:
+        """Bytes this device sends per step, all schemes together."""
         return self.data_parallel + self.tensor_parallel + self.pipeline_parallel + self.context_parallel
 
     def parts(self) -> dict[str, Bytes]:
+        """Each scheme's bytes by name."""
         return {
             "data parallel": self.data_parallel,
             "tensor parallel": self.tensor_parallel,
@@ -547,6 +566,7 @@ class Plan:
 
     @property
     def tokens_per_step(self) -> int:
+        """Tokens per optimizer step: global batch × sequence length."""
         return self.global_batch * self.seq_len
 
     def fits(self, capacity: Bytes) -> bool:

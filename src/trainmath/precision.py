@@ -54,7 +54,10 @@ class FloatFormat:
 
     @property
     def bits(self) -> int:
-        """Significant bits: sign + exponent + mantissa (tf32 is 19 bits held in 32)."""
+        """Significant bits: sign + exponent + mantissa (IEEE 754-2019 §3.4).
+
+        tf32 is 19 bits held in 32.
+        """
         return self.sign_bits + self.exponent_bits + self.mantissa_bits
 
     @property
@@ -152,6 +155,8 @@ def _tf32() -> FloatFormat:
 
 
 #: Every format this site discusses, widest first.
+#:
+#: :meta hide-value:
 FORMATS: dict[str, FloatFormat] = {
     "fp32": from_finfo("fp32", DTYPES["fp32"]),
     "tf32": _tf32(),
@@ -194,8 +199,9 @@ def round_to(x, name: str):
     """``x`` rounded to the nearest value of format ``name`` (ties to even), as float64.
 
     Uses the format's NumPy / ml_dtypes cast (for ml_dtypes through a float32 rounded to odd,
-    so that the result is rounded once). A scalar gives a float, an array an array. Values past
-    the overflow threshold become inf, or NaN in fp8-e4m3, which has no inf.
+    so that the result is rounded once: Boldo & Melquiond 2008, Theorem 1). Ties to even is
+    IEEE 754-2019's roundTiesToEven (§4.3.1). A scalar gives a float, an array an array. Values
+    past the overflow threshold become inf, or NaN in fp8-e4m3, which has no inf.
     """
     choice("format", name, FORMATS)
     if name not in DTYPES:
@@ -215,7 +221,8 @@ def overflow_threshold(name: str) -> Fraction:
     """The magnitude at which rounding leaves the finite range: max + half an ulp of max.
 
     In an IEEE format a value at or above it rounds to inf (the tie goes to the even neighbour,
-    2^(emax+1), which is inf). fp16: 65504 + 16 = 65520.
+    2^(emax+1), which is inf): IEEE 754-2019 §4.3.1, a result of magnitude at least
+    b^emax × (b - ½b^(1-p)) rounds to infinity. fp16: 65504 + 16 = 65520.
     """
     fmt = float_format(name)
     emax = math.frexp(float(fmt.max))[1] - 1
@@ -230,7 +237,12 @@ def _positive_real(label: str, value) -> Fraction:
 
 
 def max_safe_scale(grad: float, name: str = "fp16") -> int | Fraction:
-    """The largest power-of-two loss scale S with |grad| × S below the overflow threshold."""
+    """The largest power-of-two loss scale S with ``|grad| × S`` below the overflow threshold.
+
+    Loss scaling (Micikevicius et al. 2018, §3.2): a scale is safe while the largest scaled
+    gradient does not overflow. Powers of two, as :data:`GRADSCALER_DEFAULTS` grows and backs
+    off by factors of two, so scaling itself is exact.
+    """
     if isinstance(grad, numbers.Real) and not isinstance(grad, bool):
         grad = abs(grad)  # the sign does not matter
     g = _positive_real("grad", grad)
@@ -247,7 +259,10 @@ def max_safe_scale(grad: float, name: str = "fp16") -> int | Fraction:
 
 
 def underflow_fraction(values, name: str = "fp16", scale: float = 1.0) -> float:
-    """Fraction of the nonzero ``values`` that become exactly zero when scaled and rounded."""
+    """Fraction of the nonzero ``values`` that become exactly zero when scaled and rounded.
+
+    The underflow that loss scaling prevents (Micikevicius et al. 2018, §3.2).
+    """
     s = _positive_real("scale", scale)
     v = np.asarray(values, dtype=np.float64)
     nonzero = v[v != 0]
@@ -305,16 +320,18 @@ class ScalerRun:
 
     @property
     def steps(self) -> int:
+        """Steps simulated."""
         return len(self.scales)
 
     @property
     def skipped_steps(self) -> int:
+        """Steps skipped because the scaled gradients overflowed."""
         return int(self.skipped.sum())
 
 
 def simulate_loss_scaler(grad_max, name: str = "fp16",
                          scaler: LossScaler = GRADSCALER_DEFAULTS) -> ScalerRun:
-    """Run GradScaler's update rule over a stream of per-step largest |gradient| values.
+    """Run GradScaler's update rule over a stream of per-step largest gradient magnitudes.
 
     A step overflows when ``grad_max[t] × scale`` reaches the format's overflow threshold (or
     is inf/NaN): the step is skipped, the scale is multiplied by ``backoff_factor`` and the
@@ -357,7 +374,10 @@ def simulate_loss_scaler(grad_max, name: str = "fp16",
 # ---------------------------------------------------------------------------------------
 
 def is_mask(tensor: SavedTensor) -> bool:
-    """Dropout masks are stored as one byte per element whatever the activation precision."""
+    """Dropout masks are stored as one byte per element whatever the activation precision.
+
+    As Korthikanti et al. 2022, §4.1 count them.
+    """
     return "mask" in tensor.name
 
 

@@ -69,7 +69,7 @@ def zero_states(
     """Per-device model-state bytes for ZeRO ``stage`` (0-3) over ``n_d`` ranks (ZeRO §5.1).
 
     Sharded amounts are exact: Ψ/N_d may be a Fraction of a byte (the paper's idealised
-    even split; :func:`fsdp_shard_numel` models the padding a real engine adds).
+    even split; :func:`fsdp2_rank` models the padding a real engine adds).
 
     >>> str(zero_states(7_500_000_000, 64, 1).total)        # ZeRO Figure 1: 31.4 GB
     '31.4 GB'
@@ -111,7 +111,8 @@ def min_ranks(
 
     ``reserved`` holds what is not model state (activations, gathered units, buffers). Returns
     None when no N_d up to ``limit`` fits: the unsharded part (2Ψ + 2Ψ at stage 1, 2Ψ at
-    stage 2, everything at stage 0) does not shrink with N_d.
+    stage 2, everything at stage 0) does not shrink with N_d. ZeRO §5.1's per-device totals
+    (see :func:`zero_states`), solved for N_d.
     """
     if not isinstance(capacity, Bytes) or not isinstance(reserved, Bytes):
         raise ValueError(f"capacity and reserved must be Bytes, got {capacity!r} and {reserved!r}")
@@ -178,6 +179,7 @@ class FsdpMemory:
 
     @property
     def transient(self) -> Bytes:
+        """Gathered parameters plus unsharded gradients, held only around one unit's compute."""
         return self.gathered_params + self.unsharded_grads
 
     @property
@@ -266,6 +268,7 @@ class StepTraffic:
 
     @property
     def total(self) -> Bytes:
+        """All the bytes this rank sends per step."""
         return self.all_reduce + self.reduce_scatter + self.all_gather
 
 
@@ -349,6 +352,9 @@ STEP_BYTES = {"adam": 4, "adamw": 4, "sgd": 0, "sgd-momentum": 0}
 def dim0_rows(rows: int, n: int) -> tuple[int, ...]:
     """Rows of dim 0 that each of ``n`` ranks holds, as ``torch.chunk`` splits them.
 
+    ceil(rows/n) rows per rank until they run out: FSDP2's dim-0 sharding (torch 2.13,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``; checked by validate/test_fsdp.py).
+
     >>> dim0_rows(5, 4)
     (2, 2, 1, 0)
     """
@@ -382,6 +388,7 @@ class Fsdp2Rank:
 
     @property
     def total(self) -> Bytes:
+        """Parameters, gradients and optimizer states on this rank (gathered units not included)."""
         return self.parameters + self.gradients + self.optimizer_states
 
     @property
@@ -395,7 +402,8 @@ def fsdp2_dtypes(precision: str = "fp32") -> tuple[int, int]:
     """(bytes of a stored sharded parameter and its gradient, bytes of a gathered one).
 
     Under ``MixedPrecisionPolicy(param_dtype=bf16)`` the fp32 parameter is itself the master
-    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits when it all-gathers.
+    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits when it all-gathers
+    (torch 2.13's ``fully_shard``; checked by validate/test_fsdp.py).
     """
     r = recipe(precision)
     return (r.master_weights or r.weights, r.weights)

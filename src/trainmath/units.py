@@ -28,7 +28,9 @@ UNITS: dict[str, int] = {
     "PiB": 2**50,
 }
 
+#: Bytes in a gigabyte, 10^9 (SI prefix giga).
 GB = UNITS["GB"]
+#: Bytes in a gibibyte, 2^30 (IEC 80000-13 prefix gibi).
 GiB = UNITS["GiB"]
 
 

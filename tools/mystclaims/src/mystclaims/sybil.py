@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from sybil import Region, Sybil
+from sybil.parsers.rest import DocTestParser
+from sybil.sybil import SybilCollection
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.myst import CodeBlockParser, PythonCodeBlockParser
 
@@ -126,8 +128,12 @@ def close_figures(namespace: dict) -> None:
 
 def collect(pages: Sequence[str] = ("docs/*.md",), guides: Sequence[str] = (),
             names: Iterable[str] = (), commands: dict[str, Command] | None = None,
-            excludes: Sequence[str] = ("docs/_build/*",), teardown=close_figures):
+            excludes: Sequence[str] = ("docs/_build/*",), teardown=close_figures,
+            docstrings: Sequence[str] = (), docstring_excludes: Sequence[str] = ()):
     """The ``pytest_collect_file`` hook for a site: pages are linted, guides are not.
+
+    ``docstrings`` are patterns of Python files whose docstrings' ``>>>`` examples run (sybil
+    imports each file as its module, so the examples see the module's namespace).
 
     ``names`` are tokens that start with a digit but are names (``1F1B``); ``commands`` maps a
     program name in console fences to a function that runs it in-process. Patterns are relative
@@ -140,8 +146,11 @@ def collect(pages: Sequence[str] = ("docs/*.md",), guides: Sequence[str] = (),
         common.append(console_parser(commands))
     page_sybil = Sybil(parsers=[*common, lint_parser(names)], patterns=list(pages),
                        excludes=list(excludes), teardown=teardown, name="pages", path=root)
-    if not guides:
-        return page_sybil.pytest()
-    guide_sybil = Sybil(parsers=common, patterns=list(guides), teardown=teardown, name="guides",
-                         path=root)
-    return (page_sybil + guide_sybil).pytest()
+    sybils = [page_sybil]
+    if guides:
+        sybils.append(Sybil(parsers=common, patterns=list(guides), teardown=teardown,
+                            name="guides", path=root))
+    if docstrings:
+        sybils.append(Sybil(parsers=[DocTestParser()], patterns=list(docstrings),
+                            excludes=list(docstring_excludes), name="docstrings", path=root))
+    return SybilCollection(sybils).pytest()
