@@ -206,13 +206,13 @@ def estimate(args: argparse.Namespace) -> dict:
         acts = None
         value_bytes = 4 if args.precision == "fp32" else 2
         if args.seq_len is not None:
-            common = dict(t=lay.tp, sequence_parallel=lay.sequence_parallel, cp=lay.cp,
+            common = dict(tp=lay.tp, sequence_parallel=lay.sequence_parallel, cp=lay.cp,
                           recompute=args.recompute, attention=args.attention,
                           value_bytes=value_bytes)
             layer = activations.layer_activations(model, args.seq_len, args.micro_batch, **common)
             per_layer, korthikanti = layer.total, layer.korthikanti
             acts = [activations.stage_activations(model, args.seq_len, args.micro_batch,
-                                                  p=lay.pp, interleave=lay.v, microbatches=m,
+                                                  pp=lay.pp, v=lay.v, microbatches=m,
                                                   stage=i, **common).total
                     for i in range(lay.pp)]
         stages = parallelism.device_memory(model, lay, zero_stage=args.zero,

@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .activations import RECOMPUTE_KINDS
 from .models import ModelShape, param_breakdown
 from .units import Bytes, GB, choice, positive_int
 
 PRECISIONS = ("bf16", "fp16", "fp8")
-RECOMPUTE = ("none", "selective", "full")
 
 TERA = 10**12
 PETA = 10**15
@@ -202,7 +202,7 @@ def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") ->
     FlashAttention's own recomputation of QKᵀ in its backward is not counted.
     """
     s = positive_int("seq_len (s)", seq_len)
-    recompute = choice("recompute", recompute, RECOMPUTE)
+    recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
     width = model.heads * model.head_dim
     n = matmul_params(model)
     base = model_flops_per_token(n, model.layers, s, width)
