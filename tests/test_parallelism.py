@@ -38,6 +38,9 @@ def test_layout_counts_gpus_and_zero_group():
     assert lay.gpus == 16 * 8 * 4 * 2 == 1024
     assert lay.zero_group == 32  # dp·cp share the same weights
     assert lay.describe() == "dp 16 × tp 8 × pp 4 × cp 2 = 1024 GPUs"
+    assert layout().describe() == "dp 1 × tp 1 × pp 1 × cp 1 = 1 GPU"
+    assert (layout(dp=2, pp=2, v=3, sequence_parallel=True).describe()
+            == "dp 2 × tp 1 × pp 2 × cp 1 = 4 GPUs, sequence parallel, 3 chunks per pipeline device")
 
 
 @pytest.mark.parametrize(

@@ -200,10 +200,7 @@ def render(est: Estimate) -> str:
     name = "--params" if shape is None else shape.name
     lines = [f"{name}: {est.params:,} parameters, {t.precision}, {t.optimizer}, "
              f"ZeRO stage {t.zero_stage}"]
-    gpus = f"{lay.gpus} GPU" + ("s" if lay.gpus > 1 else "")
-    lines.append(f"layout: dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp} = {gpus}"
-                 + (", sequence parallel" if lay.sequence_parallel else "")
-                 + (f", {lay.v} chunks per pipeline device" if lay.v > 1 else ""))
+    lines.append(f"layout: {lay.describe()}")
     if batch.seq_len is not None and shape is not None:
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
                      f"{t.recompute}, {t.attention} attention")

@@ -90,12 +90,13 @@ class Layout:
         return self.dp * self.cp
 
     def describe(self) -> str:
-        """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus interleaving and SP when on)."""
-        text = f"dp {self.dp} × tp {self.tp} × pp {self.pp} × cp {self.cp} = {self.gpus} GPUs"
-        if self.v > 1:
-            text += f", {self.v} chunks per pipeline device"
+        """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus SP and interleaving when on)."""
+        gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
+        text = f"dp {self.dp} × tp {self.tp} × pp {self.pp} × cp {self.cp} = {gpus}"
         if self.sequence_parallel:
             text += ", sequence parallel"
+        if self.v > 1:
+            text += f", {self.v} chunks per pipeline device"
         return text
 
 
