@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import io
 import json
+import pickle
 from fractions import Fraction
 
 import pytest
@@ -228,6 +229,8 @@ def test_a_parameter_count_alone_cannot_be_split(kwargs, fields, message):
         run(7_000_000_000, **kwargs)
     assert info.value.fields == fields
     assert isinstance(info.value, ValueError)
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (again.fields, str(again)) == (fields, str(info.value))
 
 
 def test_docstring_examples():

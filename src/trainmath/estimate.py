@@ -114,6 +114,9 @@ class ShapeNeeded(ValueError):
         super().__init__(message)
         self.fields = fields
 
+    def __reduce__(self):  # picklable, for planners that fan out over processes
+        return type(self), (self.fields, *self.args)
+
 
 @dataclass(frozen=True)
 class Run:
@@ -266,15 +269,15 @@ class Estimate:
     def to_dict(self) -> dict:
         """The estimate as ``trainmath estimate --json`` prints it: whole bytes, inputs included."""
         r, lay, t, batch = self.run, self.run.layout, self.run.training, self.run.batch
-        d, shape = self.device, r.shape
+        d, shape, layer = self.device, r.shape, self.layer
         per_device = {"weights": d.weights, "gradients": d.gradients,
                       "master_weights": d.master_weights, "optimizer_states": d.optimizer_states,
                       "activations": self.activations, "total": self.total}
         return {
             "params": self.params,
             "per_device": {k: _whole(v) for k, v in per_device.items()},
-            "activations_per_layer": _whole(self.layer and self.layer.korthikanti),
-            "activations_per_layer_with_norm_statistics": _whole(self.layer and self.layer.total),
+            "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
+            "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
             "pipeline_stage": self.pipeline_stage,
             "microbatches": self.microbatches,
             "pipeline_bubble": None if self.bubble is None else float(self.bubble),
