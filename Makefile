@@ -15,10 +15,13 @@ help:
 	@echo "make validate  check the library against real PyTorch on the CPU (installs torch)"
 	@echo "make lock   regenerate $(LOCK) from the newest compatible releases"
 
+# The project with its `precision` extra, plus the `test` and `docs` dependency groups (PEP 735,
+# pyproject.toml), and the claim machinery (tools/mystclaims), all pinned by $(LOCK). pip is upgraded first: `--group` needs pip 25.1 or newer.
 $(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) -e '.[docs,test]' -e ./tools/mystclaims
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) \
+		-e '.[precision]' --group test --group docs -e ./tools/mystclaims
 	touch $@
 
 test: $(STAMP)
@@ -28,9 +31,9 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html docs $(HTML)
 	@echo "Built the site: open $(abspath $(HTML))/index.html"
 
-# PyTorch (CPU build, pinned in pyproject.toml) only for `make validate`, so `make test` stays light.
+# PyTorch (CPU build, pinned in the `validate` group) only for `make validate`, so `make test` stays light.
 $(VENV)/.installed-validate: $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) -e '.[docs,test,validate]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) --group validate
 	touch $@
 
 validate: $(VENV)/.installed-validate
@@ -44,8 +47,8 @@ lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip setuptools
-	.lock-venv/bin/python -m pip install --quiet -e '.[docs,test]'
-	.lock-venv/bin/python -m pip install --quiet -e '.[validate]'
+	.lock-venv/bin/python -m pip install --quiet -e '.[precision]' --group test --group docs
+	.lock-venv/bin/python -m pip install --quiet --group validate
 	.lock-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -e '^trainmath' -e '^torch==' > $(LOCK)
 	rm -rf .lock-venv
 

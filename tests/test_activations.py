@@ -40,7 +40,7 @@ def test_bad_shapes_name_the_value(bad):
 
 # --- any shape, tensor by tensor: Korthikanti et al. 2022, Table 2, every row exactly --------
 
-GPT_SHAPES = [  # (s, b, h, a, t): GPT-3 175B at t = 8, the paper's 22B model, and small ones
+GPT_SHAPES = [  # (s, b, h, a, tp): GPT-3 175B at tp = 8, the paper's 22B model, and small ones
     (2048, 1, 12288, 96, 8),
     (2048, 4, 6144, 64, 8),
     (4096, 2, 4096, 32, 4),
@@ -53,41 +53,41 @@ def _gpt(h, a):
     return gpt_shape("gpt", layers=4, hidden=h, heads=a, vocab=51200, positions=2048)
 
 
-def _table2(row, s, b, h, a, t):
-    """Korthikanti et al. 2022, Table 2, in bytes, as exact fractions."""
+def _table2(row, s, b, h, a, tp):
+    """Korthikanti et al. 2022, Table 2, in bytes, as exact fractions (the paper's t is tp)."""
     sbh = s * b * h
     return {
         "none": sbh * (34 + Fraction(5 * a * s, h)),
-        "tp": sbh * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t)),
-        "tp+sp": Fraction(sbh, t) * (34 + Fraction(5 * a * s, h)),
-        "tp+selective": sbh * (10 + Fraction(24, t)),
-        "tp+sp+selective": sbh * Fraction(34, t),
+        "tp": sbh * (10 + Fraction(24, tp) + Fraction(5 * a * s, h * tp)),
+        "tp+sp": Fraction(sbh, tp) * (34 + Fraction(5 * a * s, h)),
+        "tp+selective": sbh * (10 + Fraction(24, tp)),
+        "tp+sp+selective": sbh * Fraction(34, tp),
         "full": 2 * sbh,
     }[row]
 
 
 _ROWS = {
     "none": dict(),
-    "tp": dict(t="t"),
-    "tp+sp": dict(t="t", sequence_parallel=True),
-    "tp+selective": dict(t="t", recompute="selective"),
-    "tp+sp+selective": dict(t="t", sequence_parallel=True, recompute="selective"),
-    "full": dict(t="t", recompute="full"),
+    "tp": dict(tp="tp"),
+    "tp+sp": dict(tp="tp", sequence_parallel=True),
+    "tp+selective": dict(tp="tp", recompute="selective"),
+    "tp+sp+selective": dict(tp="tp", sequence_parallel=True, recompute="selective"),
+    "full": dict(tp="tp", recompute="full"),
 }
 
 
 @pytest.mark.parametrize("row", _ROWS)
-@pytest.mark.parametrize(("s", "b", "h", "a", "t"), GPT_SHAPES)
-def test_korthikanti_table2_every_row(row, s, b, h, a, t):
-    kwargs = {k: (t if v == "t" else v) for k, v in _ROWS[row].items()}
+@pytest.mark.parametrize(("s", "b", "h", "a", "tp"), GPT_SHAPES)
+def test_korthikanti_table2_every_row(row, s, b, h, a, tp):
+    kwargs = {k: (tp if v == "tp" else v) for k, v in _ROWS[row].items()}
     got = layer_activations(_gpt(h, a), s, b, **kwargs)
-    assert Fraction(got.korthikanti.n) == _table2(row, s, b, h, a, t)
+    assert Fraction(got.korthikanti.n) == _table2(row, s, b, h, a, tp)
 
 
 def test_table2_rows_at_t_1_collapse_to_eq1():
     s, b, h, a = 2048, 1, 4096, 32
     for row in ("tp", "tp+sp"):
-        kwargs = {k: (1 if v == "t" else v) for k, v in _ROWS[row].items()}
+        kwargs = {k: (1 if v == "tp" else v) for k, v in _ROWS[row].items()}
         assert layer_activations(_gpt(h, a), s, b, **kwargs).korthikanti == layer_activation_bytes(s, b, h, a)
 
 
@@ -107,8 +107,8 @@ def test_gpt_blocks_are_the_papers_11_19_and_4():
 
 
 def test_sequence_parallel_needs_s_divisible():
-    with pytest.raises(ValueError, match=r"s \(sequence length\) 100 is not divisible by t × cp 8"):
-        layer_activations(_gpt(1024, 16), 100, 1, t=8, sequence_parallel=True)
+    with pytest.raises(ValueError, match=r"s \(sequence length\) 100 is not divisible by tp × cp 8"):
+        layer_activations(_gpt(1024, 16), 100, 1, tp=8, sequence_parallel=True)
 
 
 # --- what real models change ----------------------------------------------------------------
@@ -152,8 +152,8 @@ def test_gpt_with_flash_is_34sbh_plus_lse():
 
 def test_context_parallel_splits_the_sequence():
     m = preset("llama-3-70b")
-    one = layer_activations(m, 32768, 1, t=8, sequence_parallel=True, attention="flash")
-    cp4 = layer_activations(m, 32768, 1, t=8, sequence_parallel=True, cp=4, attention="flash")
+    one = layer_activations(m, 32768, 1, tp=8, sequence_parallel=True, attention="flash")
+    cp4 = layer_activations(m, 32768, 1, tp=8, sequence_parallel=True, cp=4, attention="flash")
     assert cp4.total * 4 == one.total
     with pytest.raises(ValueError, match=r"cp = 4\) is modelled with attention='flash' only"):
         layer_activations(m, 32768, 1, cp=4)
@@ -161,13 +161,13 @@ def test_context_parallel_splits_the_sequence():
 
 def test_full_recompute_keeps_the_input_split_only_by_sequence_parallelism():
     m = preset("llama-2-7b")
-    assert layer_activations(m, 4096, 1, t=4, recompute="full").total.n == 2 * 4096 * 4096
-    assert layer_activations(m, 4096, 1, t=4, sequence_parallel=True, recompute="full").total.n == 2 * 1024 * 4096
+    assert layer_activations(m, 4096, 1, tp=4, recompute="full").total.n == 2 * 4096 * 4096
+    assert layer_activations(m, 4096, 1, tp=4, sequence_parallel=True, recompute="full").total.n == 2 * 1024 * 4096
 
 
 def test_tensor_parallel_must_divide_heads_kv_heads_and_ffn():
-    with pytest.raises(ValueError, match=r"kv_heads 8 is not divisible by t \(tensor-parallel size\) 16"):
-        layer_activations(preset("llama-3-70b"), 4096, 1, t=16)
+    with pytest.raises(ValueError, match=r"kv_heads 8 is not divisible by tp \(tensor-parallel size\) 16"):
+        layer_activations(preset("llama-3-70b"), 4096, 1, tp=16)
     with pytest.raises(ValueError, match="unknown attention 'sdpa'; accepted: eager, flash"):
         layer_activations(preset("llama-3-70b"), 4096, 1, attention="sdpa")
     with pytest.raises(ValueError, match="unknown recompute 'some'; accepted: none, selective, full"):
@@ -176,42 +176,42 @@ def test_tensor_parallel_must_divide_heads_kv_heads_and_ffn():
 
 # --- pipeline stages, the embedding and the output layer ------------------------------------
 
-def test_first_stage_holds_p_microbatches_eq5():
-    """Korthikanti §4.2.3: the first stage holds p micro-batches of L/p layers = L layers."""
+def test_first_stage_holds_pp_microbatches_eq5():
+    """Korthikanti §4.2.3: the first stage holds pp micro-batches of L/pp layers = L layers."""
     m = gpt_shape("gpt-3", layers=96, hidden=12288, heads=96, vocab=51200, positions=2048)
-    kw = dict(t=8, sequence_parallel=True, recompute="selective")
-    stage = stage_activations(m, 2048, 1, p=8, **kw)
+    kw = dict(tp=8, sequence_parallel=True, recompute="selective")
+    stage = stage_activations(m, 2048, 1, pp=8, **kw)
     per_layer = layer_activations(m, 2048, 1, **kw).total
     assert stage.layers == per_layer * 96
     assert stage.layers_on_stage == 12 and stage.held == 8
-    # interleaved: × (1 + (p-1)/(pm)) with m chunks per device
-    inter = stage_activations(m, 2048, 1, p=8, interleave=4, **kw)
+    # interleaved: × (1 + (pp-1)/(pp·v)) with v chunks per device (the paper writes p and m)
+    inter = stage_activations(m, 2048, 1, pp=8, v=4, **kw)
     assert inter.layers == per_layer * 96 * (1 + Fraction(7, 32))
-    assert in_flight(8, interleave=3) == 8 + Fraction(7, 3)
-    # later stages hold fewer: stage i holds p - i
+    assert in_flight(8, v=3) == 8 + Fraction(7, 3)
+    # later stages hold fewer: stage i holds pp - i
     assert [in_flight(4, stage=i) for i in range(4)] == [4, 3, 2, 1]
     assert in_flight(8, microbatches=3) == 3
     # Megatron's interleaved warm-up reproduces Korthikanti's factor on the first stage
-    for p_, v_ in [(2, 2), (4, 5), (8, 3), (35, 3)]:
-        assert in_flight(p_, interleave=v_) == p_ * (1 + Fraction(p_ - 1, p_ * v_))
-    assert [in_flight(4, interleave=2, stage=i) for i in range(4)] == [
+    for pp, v in [(2, 2), (4, 5), (8, 3), (35, 3)]:
+        assert in_flight(pp, v=v) == pp * (1 + Fraction(pp - 1, pp * v))
+    assert [in_flight(4, v=2, stage=i) for i in range(4)] == [
         Fraction(2 * (3 - i) + 4 + 1, 2) for i in range(4)]
-    with pytest.raises(ValueError, match=r"stage must be a whole number from 0 to p - 1 = 3, got 4"):
+    with pytest.raises(ValueError, match=r"stage must be a whole number from 0 to pp - 1 = 3, got 4"):
         in_flight(4, stage=4)
 
 
 def test_embedding_and_output_layer_section_4_3():
     m = gpt_shape("gpt", layers=4, hidden=1024, heads=16, vocab=51200, positions=2048)
-    s, b, t = 2048, 2, 4
-    emb = input_activations(m, s, b, t=t, sequence_parallel=True)
-    assert [x.bytes.n for x in emb.tensors] == [8 * s * b, 8 * s, s * b * 1024 // t]
-    out = output_activations(m, s, b, t=t, sequence_parallel=True)
-    # 2sbh/t (final LayerNorm input) + 2sbh/t (LM head input) + 4sbv/t (fp32 logits): §4.3
-    assert out.korthikanti.n == 2 * s * b * 1024 // t * 2 + 4 * s * b * 51200 // t + 8 * s * b + 4
-    # p = 1: the only stage has the embedding (one micro-batch) and the output layer
-    one = stage_activations(m, s, b, t=t, sequence_parallel=True)
+    s, b, tp = 2048, 2, 4
+    emb = input_activations(m, s, b, tp=tp, sequence_parallel=True)
+    assert [x.bytes.n for x in emb.tensors] == [8 * s * b, 8 * s, s * b * 1024 // tp]
+    out = output_activations(m, s, b, tp=tp, sequence_parallel=True)
+    # 2sbh/tp (final LayerNorm input) + 2sbh/tp (LM head input) + 4sbV/tp (fp32 logits): §4.3
+    assert out.korthikanti.n == 2 * s * b * 1024 // tp * 2 + 4 * s * b * 51200 // tp + 8 * s * b + 4
+    # pp = 1: the only stage has the embedding (one micro-batch) and the output layer
+    one = stage_activations(m, s, b, tp=tp, sequence_parallel=True)
     assert one.total == one.layers + emb.total + out.total
-    last = stage_activations(m, s, b, t=t, sequence_parallel=True, p=4, stage=3)
+    last = stage_activations(m, s, b, tp=tp, sequence_parallel=True, pp=4, stage=3)
     assert last.inputs.n == 0 and last.outputs == out.total and last.held == 1
-    first = stage_activations(m, s, b, t=t, sequence_parallel=True, p=4)
+    first = stage_activations(m, s, b, tp=tp, sequence_parallel=True, pp=4)
     assert first.outputs.n == 0 and first.inputs == emb.total * 4

@@ -2,8 +2,9 @@ from dataclasses import replace
 
 import pytest
 
-from trainmath.models import (PRESETS, gpt_shape, is_gpt_style, megatron_omissions,
-                              megatron_param_count, param_breakdown, param_count, preset, shape)
+from trainmath.models import (PRESETS, ModelShape, gpt_shape, is_gpt_style, megatron_omissions,
+                              megatron_param_count, modified, param_breakdown, param_count, preset,
+                              shape)
 
 
 def test_llama_2_7b_parameter_count_is_exact():
@@ -46,6 +47,29 @@ def test_bad_shapes(kwargs, message):
     base = dict(layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000)
     with pytest.raises(ValueError, match=message):
         shape("bad", **{**base, **kwargs})
+
+
+def test_a_shape_is_checked_however_it_is_made():
+    with pytest.raises(ValueError, match="heads 32 is not divisible by kv_heads 5"):
+        ModelShape("bad", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000, kv_heads=5)
+    with pytest.raises(ValueError, match="layers must be a positive whole number, got 0"):
+        replace(preset("llama-2-7b"), layers=0)
+
+
+def test_modified_preset():
+    """Llama-2-7B (Touvron et al. 2023, Table 1) with a GPT MLP: 4h wide, two matrices."""
+    base = preset("llama-2-7b")
+    m = modified(base, mlp="gelu", ffn=4 * 4096)
+    assert m.name == "llama-2-7b (modified)" and m.source == ""
+    assert param_count(m) - param_count(base) == 32 * (2 * 4096 * 16384 - 3 * 4096 * 11008)
+    assert modified(base) is base
+    # a multi-head shape stays multi-head when its heads change; a GQA one keeps its kv_heads
+    assert modified(base, heads=64).kv_heads == 64
+    assert modified(preset("llama-3-8b"), heads=64).kv_heads == 8
+    with pytest.raises(ValueError, match="unknown shape field 'width'; accepted: layers, hidden, "):
+        modified(base, width=1)
+    with pytest.raises(ValueError, match="hidden 4096 is not divisible by heads 30"):
+        modified(base, heads=30)
 
 
 def test_unknown_preset():

@@ -9,16 +9,15 @@ import pytest
 
 from trainmath.models import param_count, shape
 from trainmath.parallelism import (
+    Layout,
     bubble_fraction,
     bubble_share,
     communication,
-    data_parallel_bytes,
     device_memory,
     layout,
     microbatches,
     peak_device_memory,
     plan,
-    ring_all_reduce_factor,
     stage_params,
     validate,
 )
@@ -39,6 +38,9 @@ def test_layout_counts_gpus_and_zero_group():
     assert lay.gpus == 16 * 8 * 4 * 2 == 1024
     assert lay.zero_group == 32  # dp·cp share the same weights
     assert lay.describe() == "dp 16 × tp 8 × pp 4 × cp 2 = 1024 GPUs"
+    assert layout().describe() == "dp 1 × tp 1 × pp 1 × cp 1 = 1 GPU"
+    assert (layout(dp=2, pp=2, v=3, sequence_parallel=True).describe()
+            == "dp 2 × tp 1 × pp 2 × cp 1 = 4 GPUs, sequence parallel, 3 chunks per pipeline device")
 
 
 @pytest.mark.parametrize(
@@ -52,6 +54,8 @@ def test_layout_counts_gpus_and_zero_group():
 def test_bad_layout_degrees(kwargs, message):
     with pytest.raises(ValueError, match=message):
         layout(**kwargs)
+    with pytest.raises(ValueError, match=message):  # however the layout is made
+        Layout(**kwargs)
 
 
 def test_validate_accepts_a_real_plan():
@@ -101,27 +105,27 @@ def test_microbatches():
 # -- parameters per device -----------------------------------------------------------------------
 def test_gpt_layer_split_is_exact():
     """GPT layer: 12h² + 13h. Replicated on every TP rank: 2 LayerNorms (4h) and the biases of
-    the two row-parallel linears (2h); the rest (12h² + 7h) is divided by t."""
-    h, t = 768, 4
+    the two row-parallel linears (2h); the rest (12h² + 7h) is divided by tp."""
+    h, tp = 768, 4
     m = gpt(h=h, layers=12)
-    stages = stage_params(m, layout(dp=1, tp=t, pp=3))
-    per_layer = (12 * h * h + 7 * h) // t + 6 * h
+    stages = stage_params(m, layout(dp=1, tp=tp, pp=3))
+    per_layer = (12 * h * h + 7 * h) // tp + 6 * h
     assert [s.layers for s in stages] == [4, 4, 4]
     assert stages[1].total == 4 * per_layer
     # first stage: word embedding split over the vocabulary, learned positions replicated
-    assert stages[0].total == 4 * per_layer + (50304 // t) * h + 1024 * h
+    assert stages[0].total == 4 * per_layer + (50304 // tp) * h + 1024 * h
     # tied embeddings, pp > 1: the last stage keeps its own copy of the word embedding
-    assert stages[2].total == 4 * per_layer + (50304 // t) * h + 2 * h
+    assert stages[2].total == 4 * per_layer + (50304 // tp) * h + 2 * h
 
 
 def test_tp_shards_add_back_to_the_model():
-    """Σ over stages of (sharded part × t + replicated part) is the whole model (untied, V % t == 0)."""
-    h, t = 512, 4
+    """Σ over stages of (sharded part × tp + replicated part) is the whole model (untied, V % tp == 0)."""
+    h, tp = 512, 4
     m = gpt(h=h, layers=8, heads=8, vocab=32000, positions=0, tied=False)
-    stages = stage_params(m, layout(dp=1, tp=t, pp=2))
+    stages = stage_params(m, layout(dp=1, tp=tp, pp=2))
     replicated = sum(s.layer_replicated + s.final_norm for s in stages)
     total = sum(s.total for s in stages)
-    assert (total - replicated) * t + replicated == param_count(m)
+    assert (total - replicated) * tp + replicated == param_count(m)
 
 
 def test_llama_3_70b_stages_by_hand():
@@ -188,7 +192,7 @@ def test_device_memory_rejects_bad_activations_and_stage():
 
 # -- pipeline bubble -----------------------------------------------------------------------------
 def test_bubble_narayanan():
-    """Narayanan et al. 2021 §2.2: (p-1)/m; interleaving divides it by v."""
+    """Narayanan et al. 2021 §2.2: (p-1)/m with p = pp; interleaving divides it by v."""
     assert bubble_fraction(4, 8) == Fraction(3, 8)
     assert bubble_fraction(4, 8, v=2) == Fraction(3, 16)
     assert bubble_fraction(1, 8) == 0
@@ -198,25 +202,6 @@ def test_bubble_narayanan():
 
 
 # -- communication -------------------------------------------------------------------------------
-def test_ring_factor():
-    assert ring_all_reduce_factor(8) == Fraction(14, 8)
-    assert ring_all_reduce_factor(1) == 0
-
-
-def test_data_parallel_bytes_zero_paper():
-    """ZeRO §7.2: stages 0-2 move 2Ψ (2 bytes each), stage 3 moves 3Ψ, × (n-1)/n in a ring."""
-    psi, n = 10**9, 64
-    f = Fraction(63, 64)
-    dp0 = data_parallel_bytes(psi, n, 0, 1, weight_bytes=2, grad_bytes=2)
-    assert dp0 == Bytes(2 * psi * 2 * f)
-    assert data_parallel_bytes(psi, n, 1, 1, weight_bytes=2, grad_bytes=2) == dp0
-    assert data_parallel_bytes(psi, n, 2, 1, weight_bytes=2, grad_bytes=2) == dp0
-    assert data_parallel_bytes(psi, n, 3, 1, weight_bytes=2, grad_bytes=2) == Bytes(3 * psi * 2 * f)
-    # stage 3 gathers for every micro-batch; stage 2 reduce-scatters every micro-batch
-    assert data_parallel_bytes(psi, n, 3, 4, weight_bytes=2, grad_bytes=2) == Bytes(4 * 3 * psi * 2 * f)
-    assert data_parallel_bytes(psi, n, 2, 4, weight_bytes=2, grad_bytes=2) == Bytes((4 + 1) * psi * 2 * f)
-
-
 def test_communication_data_parallel_only():
     m = gpt(h=64, layers=2, heads=4, vocab=1000)
     c = communication(m, layout(dp=4), seq_len=128, micro_batch=2, global_batch=16)
@@ -226,38 +211,38 @@ def test_communication_data_parallel_only():
 
 def test_communication_tensor_parallel_megatron():
     """4 all-reduces of b·s·h per layer (Shoeybi et al. 2019 §3), + embedding forward and LM-head
-    backward; 2(t-1)/t of the buffer per rank; m micro-batches; bf16."""
-    h, L, s, b, t = 1024, 4, 2048, 2, 4
+    backward; 2(tp-1)/tp of the buffer per rank; m micro-batches; bf16."""
+    h, L, s, b, tp = 1024, 4, 2048, 2, 4
     model = gpt(h=h, layers=L, heads=16, vocab=32000, tied=False)
     m = 8 // b  # global batch 8, dp 1
-    c = communication(model, layout(dp=1, tp=t), seq_len=s, micro_batch=b, global_batch=8)
+    c = communication(model, layout(dp=1, tp=tp), seq_len=s, micro_batch=b, global_batch=8)
     buffer = b * s * h * 2
-    assert c.tensor_parallel == Bytes((4 * L + 2) * Fraction(2 * (t - 1), t) * buffer * m)
+    assert c.tensor_parallel == Bytes((4 * L + 2) * Fraction(2 * (tp - 1), tp) * buffer * m)
     # full recomputation reruns the forward: 6 per layer
-    full = communication(model, layout(dp=1, tp=t), seq_len=s, micro_batch=b, global_batch=8, recompute="full")
-    assert full.tensor_parallel == Bytes((6 * L + 2) * Fraction(2 * (t - 1), t) * buffer * m)
+    full = communication(model, layout(dp=1, tp=tp), seq_len=s, micro_batch=b, global_batch=8, recompute="full")
+    assert full.tensor_parallel == Bytes((6 * L + 2) * Fraction(2 * (tp - 1), tp) * buffer * m)
     # sequence parallel: + one all-gather per column-parallel block in backward; embedding RS
-    sp = communication(model, layout(dp=1, tp=t, sequence_parallel=True), seq_len=s, micro_batch=b, global_batch=8)
-    assert sp.tensor_parallel == Bytes((5 * L + Fraction(3, 2)) * Fraction(2 * (t - 1), t) * buffer * m)
+    sp = communication(model, layout(dp=1, tp=tp, sequence_parallel=True), seq_len=s, micro_batch=b, global_batch=8)
+    assert sp.tensor_parallel == Bytes((5 * L + Fraction(3, 2)) * Fraction(2 * (tp - 1), tp) * buffer * m)
 
 
 def test_communication_pipeline_and_context():
-    h, s, b, t, p, cp = 1024, 4096, 1, 2, 4, 2
+    h, s, b, tp, pp, cp = 1024, 4096, 1, 2, 4, 2
     model = shape("llama-ish", layers=8, hidden=h, heads=16, kv_heads=4, ffn=2816, vocab=32000)
-    lay = layout(dp=1, tp=t, pp=p, cp=cp)
+    lay = layout(dp=1, tp=tp, pp=pp, cp=cp)
     m = 16
     interior = communication(model, lay, seq_len=s, micro_batch=b, global_batch=16, stage=1)
-    # pipeline: one activation forward and one gradient backward per micro-batch, 1/t each
+    # pipeline: one activation forward and one gradient backward per micro-batch, 1/tp each
     activation = b * (s // cp) * h * 2
-    assert interior.pipeline_parallel == Bytes(Fraction(2 * m * activation, t))
+    assert interior.pipeline_parallel == Bytes(Fraction(2 * m * activation, tp))
     first = communication(model, lay, seq_len=s, micro_batch=b, global_batch=16, stage=0)
-    assert first.pipeline_parallel == Bytes(Fraction(m * activation, t))
-    # context: all-gather K,V forward and backward, reduce-scatter dK,dV: 3 × (cp-1)/cp × 2bs·kv/t
+    assert first.pipeline_parallel == Bytes(Fraction(m * activation, tp))
+    # context: all-gather K,V forward and backward, reduce-scatter dK,dV: 3 × (cp-1)/cp × 2bs·kv/tp
     kv_dim = 4 * 64
-    kv = 2 * b * s * (kv_dim // t) * 2
+    kv = 2 * b * s * (kv_dim // tp) * 2
     assert interior.context_parallel == Bytes(3 * Fraction(cp - 1, cp) * kv * 2 * m)  # 2 layers/stage
     # interleaving sends v times as often on interior stages
-    inter = communication(model, layout(dp=1, tp=t, pp=p, cp=cp, v=2), seq_len=s, micro_batch=b,
+    inter = communication(model, layout(dp=1, tp=tp, pp=pp, cp=cp, v=2), seq_len=s, micro_batch=b,
                           global_batch=16, stage=1)
     assert inter.pipeline_parallel == 2 * interior.pipeline_parallel
 

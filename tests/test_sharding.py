@@ -4,7 +4,7 @@ import pytest
 
 from trainmath.memory import bytes_per_param, training_state
 from trainmath.sharding import (dim0_rows, fsdp2_dtypes, fsdp2_rank, fsdp_memory, min_ranks,
-                                 step_traffic, zero_states)
+                                 step_traffic, zero_states, zero_traffic)
 from trainmath.units import GB, Bytes
 
 PSI_PAPER = 7_500_000_000  # ZeRO Figure 1: Ψ = 7.5B, N_d = 64, K = 12
@@ -195,6 +195,28 @@ def test_traffic_zero_section_7():
     assert step_traffic(psi, n, "NO_SHARD") == dp
     assert step_traffic(psi, n, 0, grad_dtype="fp32").total == dp.total * 2
     assert step_traffic(psi, 1, 3).total == Bytes(0)  # nobody to talk to
+
+
+def test_zero_traffic_section_7_2_with_micro_batches():
+    """ZeRO §7.2: stages 0-2 move 2Ψ (2 bytes each), stage 3 moves 3Ψ, × (n-1)/n in a ring.
+
+    With m micro-batches per step a sharded gradient is reduce-scattered after every one, and
+    ZeRO-3 gathers the weights for every forward and backward."""
+    psi, n = 10**9, 64
+    f = Fraction(63, 64)
+    dp0 = zero_traffic(psi, n, 0, weight_bytes=2, grad_bytes=2).total
+    assert dp0 == Bytes(2 * psi * 2 * f)
+    assert zero_traffic(psi, n, 1).total == dp0
+    assert zero_traffic(psi, n, 2).total == dp0
+    assert zero_traffic(psi, n, 3).total == Bytes(3 * psi * 2 * f)
+    assert zero_traffic(psi, n, 3, microbatches=4).total == Bytes(4 * 3 * psi * 2 * f)
+    assert zero_traffic(psi, n, 2, microbatches=4).total == Bytes((4 + 1) * psi * 2 * f)
+    assert zero_traffic(psi, n, 1, microbatches=4).total == dp0  # unsharded gradients accumulate
+    assert zero_traffic(psi, n, 0, microbatches=4).total == dp0
+    # fp32 gradients, bf16 weights (Megatron's distributed optimizer): fΨ(4 + 2) at stage 1
+    assert zero_traffic(psi, n, 1, weight_bytes=2, grad_bytes=4).total == Bytes(psi * 6 * f)
+    with pytest.raises(ValueError, match=r"microbatches \(m\) must be a positive whole number, got 0"):
+        zero_traffic(psi, n, 2, microbatches=0)
 
 
 def test_traffic_mixed_dtypes():

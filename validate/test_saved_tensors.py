@@ -21,7 +21,7 @@ What the CPU measures and what it does not:
   FlashAttention-2 on a GPU; the GPU kernels themselves are not measured here. With dropout
   the CPU falls back to the unfused math path, so attention dropout under flash is not measured.
 - Tensor parallelism is measured as one rank's share of the computation (heads, kv_heads and
-  ffn divided by t, norms and dropouts whole); the collectives, which save nothing, are left out.
+  ffn divided by tp, norms and dropouts whole); the collectives, which save nothing, are left out.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def _dropout(x, p):
 
 # --- GPT-style layer: LayerNorm, fused QKV, eager softmax(QKᵀ)V with dropout, GeLU MLP --------
 
-def gpt_layer(b, s, h, a, dtype, t=1, p=0.1):
+def gpt_layer(b, s, h, a, dtype, tp=1, p=0.1):
     """One pre-LN GPT layer (Megatron's order), or one tensor-parallel rank's share of it."""
-    d, ha, f = h // a, h // t, 4 * h // t  # ha: this rank's attention width (a/t heads)
+    d, ha, f = h // a, h // tp, 4 * h // tp  # ha: this rank's attention width (a/tp heads)
     P = _params(dict(ln1w=(h,), ln1b=(h,), wqkv=(3 * ha, h), bqkv=(3 * ha,), wo=(h, ha), bo=(h,),
                      ln2w=(h,), ln2b=(h,), w1=(f, h), b1=(f,), w2=(h, f), b2=(h,)), dtype,
                 ones=("ln1w", "ln2w"))
@@ -87,7 +87,7 @@ def gpt_layer(b, s, h, a, dtype, t=1, p=0.1):
 
     def forward(x):
         y = F.layer_norm(x, (h,), P["ln1w"], P["ln1b"])
-        q, k, v = F.linear(y, P["wqkv"], P["bqkv"]).view(b, s, 3, a // t, d).unbind(2)
+        q, k, v = F.linear(y, P["wqkv"], P["bqkv"]).view(b, s, 3, a // tp, d).unbind(2)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         probs = torch.softmax((q @ k.transpose(-2, -1)) * (1 / math.sqrt(d)) + mask, dim=-1)
         context = (_dropout(probs, p) @ v).transpose(1, 2).reshape(b, s, ha)
@@ -115,14 +115,15 @@ def test_gpt_layer(b, s, h, a, dtype):
         assert measured == 34 * s * b * h + 5 * a * s * s * b + 2 * 2 * 2 * s * b
 
 
-@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("tp", [2, 4])
 @pytest.mark.parametrize(("b", "s", "h", "a"), [(2, 16, 32, 4), (1, 24, 64, 8)])
-def test_gpt_layer_one_tensor_parallel_rank(b, s, h, a, t):
-    """sbh(10 + 24/t + 5as/(ht)) per rank: the norms, their outputs and the masks stay whole."""
-    forward, skip = gpt_layer(b, s, h, a, torch.bfloat16, t=t)
+def test_gpt_layer_one_tensor_parallel_rank(b, s, h, a, tp):
+    """sbh(10 + 24/t + 5as/(ht)) per rank, t = tp (Korthikanti et al. 2022, Table 2): the norms,
+    their outputs and the masks stay whole."""
+    forward, skip = gpt_layer(b, s, h, a, torch.bfloat16, tp=tp)
     x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
     model = gpt_shape("gpt", layers=1, hidden=h, heads=a, vocab=64, positions=s)
-    assert saved_bytes(forward, skip, x) == layer_activations(model, s, b, t=t, stat_bytes=2).total.n
+    assert saved_bytes(forward, skip, x) == layer_activations(model, s, b, tp=tp, stat_bytes=2).total.n
 
 
 # --- Llama-style layer: RMSNorm, separate Q/K/V, RoPE, GQA, no dropout, SwiGLU ---------------

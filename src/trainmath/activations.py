@@ -17,6 +17,12 @@ recomputation; for GPT shapes it reproduces every row of Korthikanti et al.'s Ta
 validate/test_saved_tensors.py checks it byte for byte against what PyTorch saves.
 :func:`stage_activations` adds the pipeline schedule (§4.2.3) and the embedding and output
 layer (§4.3).
+
+Parallel sizes are named as :class:`trainmath.parallelism.Layout` names them: ``tp``, ``cp``,
+``pp`` and ``v`` (model chunks per pipeline device); the papers write t and p. Each public
+function checks its inputs and calls an unchecked core (``_layer``, ``_input``, ``_output``,
+``_in_flight``, ``_stage``), which :func:`trainmath.runs.estimate` calls directly once
+:class:`trainmath.runs.Run` has checked everything.
 """
 
 from __future__ import annotations
@@ -105,11 +111,19 @@ def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
 # Any shape, tensor by tensor
 # ---------------------------------------------------------------------------------------
 
-#: What ``attention=`` accepts: eager attention keeps the s×s scores, FlashAttention does not.
+#: How attention runs: "eager" materialises the s×s scores; "flash" is FlashAttention (Dao et al.
+#: 2022), which never stores them.
 ATTENTION_KINDS = ("eager", "flash")
-#: What ``recompute=`` accepts: recompute nothing, the attention core (selective) or the whole
-#: layer from its input (full); Korthikanti et al. 2022 §5.
+#: Activation recomputation, the one vocabulary of the library (Korthikanti et al. 2022, §5):
+#: "none" keeps every saved tensor; "selective" recomputes the attention core (QKᵀ, softmax,
+#: dropout, attention over V) in the backward pass; "full" keeps only each layer's input and
+#: reruns the whole layer forward. :mod:`trainmath.compute` and :mod:`trainmath.parallelism`
+#: use these names for the FLOPs and traffic recomputation adds.
 RECOMPUTE_KINDS = ("none", "selective", "full")
+#: Bytes of one dropout-mask entry (a bool mask, as PyTorch keeps it).
+MASK_BYTES = 1
+#: Bytes of one norm statistic (fp32, as the CUDA LayerNorm and RMSNorm kernels keep them).
+STAT_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -160,19 +174,28 @@ def _divides(what: str, n: int, k: int, by: str) -> None:
         raise ValueError(f"{what} {n} is not divisible by {by} {k}; accepted: a multiple of {k}")
 
 
+def check_context_parallel(cp: int, attention: str) -> None:
+    """Context parallelism is modelled with FlashAttention only: a ValueError names the pair."""
+    if cp > 1 and attention != "flash":
+        raise ValueError(
+            f"context parallelism (cp = {cp}) is modelled with attention='flash' only "
+            f"(ring attention never stores the s×s scores); got attention={attention!r}"
+        )
+
+
 def layer_activations(
     model: ModelShape,
     s: int,
     b: int,
     *,
-    t: int = 1,
+    tp: int = 1,
     sequence_parallel: bool = False,
     cp: int = 1,
     recompute: str = "none",
     attention: str = "eager",
     value_bytes: int = 2,
-    mask_bytes: int = 1,
-    stat_bytes: int = 4,
+    mask_bytes: int = MASK_BYTES,
+    stat_bytes: int = STAT_BYTES,
 ) -> LayerActivations:
     """The tensors one layer of ``model`` saves for backward, on one device.
 
@@ -196,45 +219,46 @@ def layer_activations(
       saves the gate and up outputs, the SiLU output and their product (4 × ffn wide).
     - dropout after attention and after the MLP saves a mask of ``mask_bytes`` per value.
 
-    Parallelism (Korthikanti et al. 2022 §4.2, Table 2): with tensor parallel size ``t`` the
-    tensors inside the column/row-parallel region are split t ways; the norms, their outputs
-    (the projections' inputs) and the dropout masks are replicated unless
-    ``sequence_parallel`` splits them along the sequence. ``cp`` (context parallelism:
-    Liu et al. 2023, Ring Attention; Megatron-Core's context parallel) splits every tensor
-    along the sequence; it is modelled with ``attention="flash"`` only, since ring attention
-    never materialises the s×s scores.
+    Parallelism (Korthikanti et al. 2022 §4.2, Table 2, where the tensor-parallel size is
+    written t): with tensor-parallel size ``tp`` the tensors inside the column/row-parallel
+    region are split tp ways; the norms, their outputs (the projections' inputs) and the
+    dropout masks are replicated unless ``sequence_parallel`` splits them along the sequence.
+    ``cp`` (context parallelism: Liu et al. 2023, Ring Attention; Megatron-Core's context
+    parallel) splits every tensor along the sequence; it is modelled with ``attention="flash"``
+    only, since ring attention never materialises the s×s scores.
 
-    Recomputation (§5): ``"selective"`` recomputes the attention core and so drops the s×s
-    tensors; ``"full"`` keeps only the layer's input (2sbh, split by t only with sequence
-    parallelism). For a GPT-style shape with eager attention, :attr:`LayerActivations.korthikanti`
-    equals every row of Table 2 exactly (tests/test_activations.py).
+    Recomputation (§5, :data:`RECOMPUTE_KINDS`): ``"selective"`` recomputes the attention core
+    and so drops the s×s tensors; ``"full"`` keeps only the layer's input (2sbh, split by tp
+    only with sequence parallelism). For a GPT-style shape with eager attention,
+    :attr:`LayerActivations.korthikanti` equals every row of Table 2 exactly
+    (tests/test_activations.py).
     """
-    s = positive_int("s (sequence length)", s)
-    b = positive_int("b (micro-batch size)", b)
-    t = positive_int("t (tensor-parallel size)", t)
-    cp = positive_int("cp (context-parallel size)", cp)
+    s, b, tp, cp = _check_split(s, b, tp, cp)
     value_bytes = positive_int("value_bytes", value_bytes)
     mask_bytes = positive_int("mask_bytes", mask_bytes)
     stat_bytes = positive_int("stat_bytes", stat_bytes)
     recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
     attention = choice("attention", attention, ATTENTION_KINDS)
-    _divides("heads", model.heads, t, "t (tensor-parallel size)")
-    _divides("kv_heads", model.kv_heads, t, "t (tensor-parallel size)")
-    _divides("ffn", model.ffn, t, "t (tensor-parallel size)")
+    _divides("heads", model.heads, tp, "tp (tensor-parallel size)")
+    _divides("kv_heads", model.kv_heads, tp, "tp (tensor-parallel size)")
+    _divides("ffn", model.ffn, tp, "tp (tensor-parallel size)")
     if sequence_parallel:
-        _divides("s (sequence length)", s, t * cp, "t × cp")
+        _divides("s (sequence length)", s, tp * cp, "tp × cp")
     elif cp > 1:
         _divides("s (sequence length)", s, cp, "cp (context-parallel size)")
-    if cp > 1 and attention != "flash":
-        raise ValueError(
-            f"context parallelism (cp = {cp}) is modelled with attention='flash' only "
-            f"(ring attention never stores the s×s scores); got attention={attention!r}"
-        )
+    check_context_parallel(cp, attention)
+    return _layer(model, s, b, tp, bool(sequence_parallel), cp, recompute, attention,
+                  value_bytes, mask_bytes, stat_bytes)
 
+
+def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
+           recompute: str, attention: str, value_bytes: int, mask_bytes: int,
+           stat_bytes: int) -> LayerActivations:
+    """:func:`layer_activations` on inputs already checked (by it, or by ``estimate.Run``)."""
     h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
     tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
-    tp = Fraction(1, t)  # share of a tensor-parallel-split tensor
-    rep = tp if sequence_parallel else Fraction(1)  # share of a replicated tensor
+    split = Fraction(1, tp)  # share of a tensor-parallel-split tensor
+    rep = split if sequence_parallel else Fraction(1)  # share of a replicated tensor
     v, m = value_bytes, mask_bytes
 
     def saved(block: str, name: str, n: Fraction, statistic: bool = False) -> Saved:
@@ -255,62 +279,68 @@ def layer_activations(
     # attention
     out.append(saved("attention", "input to the Q, K, V projections", v * tokens * h * rep))
     if attention == "eager":
-        out.append(saved("attention", "Q, input to QKᵀ", v * tokens * h * tp))
+        out.append(saved("attention", "Q, input to QKᵀ", v * tokens * h * split))
         rep_kv = " (repeated to all a heads)" if model.kv_heads < a else ""
-        out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * h * tp))
-        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * h * tp))
+        out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * h * split))
+        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * h * split))
         if recompute == "none":
-            scores = Fraction(a * s * s * b) * tp  # a·s² per sequence (cp = 1 here)
+            scores = Fraction(a * s * s * b) * split  # a·s² per sequence (cp = 1 here)
             out.append(saved("attention", "softmax output (s×s per head)", v * scores))
             if model.dropout:
                 out.append(saved("attention", "softmax dropout mask (s×s per head)", m * scores))
                 out.append(saved("attention", "dropout output, input to attention over V",
                                  v * scores))
-        out.append(saved("attention", "context, input to the output projection", v * tokens * h * tp))
+        out.append(saved("attention", "context, input to the output projection", v * tokens * h * split))
     else:
-        out.append(saved("attention", "Q", v * tokens * h * tp))
-        out.append(saved("attention", "K (kv_heads heads)", v * tokens * kv * tp))
-        out.append(saved("attention", "V (kv_heads heads)", v * tokens * kv * tp))
-        out.append(saved("attention", "log-sum-exp (fp32 per head and token)", 4 * tokens * a * tp))
-        out.append(saved("attention", "output O, input to the output projection", v * tokens * h * tp))
+        out.append(saved("attention", "Q", v * tokens * h * split))
+        out.append(saved("attention", "K (kv_heads heads)", v * tokens * kv * split))
+        out.append(saved("attention", "V (kv_heads heads)", v * tokens * kv * split))
+        out.append(saved("attention", "log-sum-exp (fp32 per head and token)", 4 * tokens * a * split))
+        out.append(saved("attention", "output O, input to the output projection", v * tokens * h * split))
     if model.dropout:
         out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
 
     # MLP
     out.append(saved("MLP", "input to the first projection(s)", v * tokens * h * rep))
     if model.mlp == "gelu":
-        out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * tp))
-        out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * tp))
+        out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * split))
     else:
-        out.append(saved("MLP", "gate projection output, input to SiLU (ffn wide)", v * tokens * f * tp))
-        out.append(saved("MLP", "up projection output (ffn wide)", v * tokens * f * tp))
-        out.append(saved("MLP", "SiLU output (ffn wide)", v * tokens * f * tp))
+        out.append(saved("MLP", "gate projection output, input to SiLU (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "up projection output (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "SiLU output (ffn wide)", v * tokens * f * split))
         out.append(saved("MLP", "SiLU(gate) × up, input to the down projection (ffn wide)",
-                         v * tokens * f * tp))
+                         v * tokens * f * split))
     if model.dropout:
         out.append(saved("MLP", "MLP dropout mask", m * tokens * h * rep))
     return LayerActivations(tuple(out))
 
 
-def _split(s: int, b: int, t: int, cp: int, sequence_parallel: bool) -> tuple[int, int, Fraction, Fraction]:
-    """Checked s and t, the tokens on one device (s·b/cp) and a replicated tensor's share (1/t with SP)."""
-    s = positive_int("s (sequence length)", s)
-    b = positive_int("b (micro-batch size)", b)
-    t = positive_int("t (tensor-parallel size)", t)
-    cp = positive_int("cp (context-parallel size)", cp)
-    return s, t, Fraction(s * b, cp), Fraction(1, t) if sequence_parallel else Fraction(1)
+def _check_split(s: int, b: int, tp: int, cp: int) -> tuple[int, int, int, int]:
+    """s, b, tp and cp checked to be positive whole numbers."""
+    return (positive_int("s (sequence length)", s), positive_int("b (micro-batch size)", b),
+            positive_int("tp (tensor-parallel size)", tp),
+            positive_int("cp (context-parallel size)", cp))
 
 
-def input_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
-                      sequence_parallel: bool = False, cp: int = 1, mask_bytes: int = 1) -> LayerActivations:
+def input_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
+                      sequence_parallel: bool = False, cp: int = 1, mask_bytes: int = MASK_BYTES) -> LayerActivations:
     """What the embedding saves, on the first pipeline stage, for one micro-batch.
 
     The token ids (int64, 8 bytes each: the lookup's backward scatters by them), the position
     ids when positions are learned (8 bytes per position, one row shared by the batch), and
-    with dropout the embedding dropout mask: sbh/t with sequence parallelism, Korthikanti et
+    with dropout the embedding dropout mask: sbh/tp with sequence parallelism, Korthikanti et
     al. 2022 §4.3 (who count only the mask).
     """
-    s, t, tokens, rep = _split(s, b, t, cp, sequence_parallel)
+    s, b, tp, cp = _check_split(s, b, tp, cp)
+    return _input(model, s, b, tp, bool(sequence_parallel), cp, positive_int("mask_bytes", mask_bytes))
+
+
+def _input(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
+           mask_bytes: int) -> LayerActivations:
+    """:func:`input_activations` on checked inputs."""
+    tokens = Fraction(s * b, cp)
+    rep = Fraction(1, tp) if sequence_parallel else Fraction(1)
     out = [Saved("embedding", "token ids (int64)", Bytes(8 * tokens))]
     if model.positions:
         out.append(Saved("embedding", "position ids (int64, shared by the batch)", Bytes(Fraction(8 * s, cp))))
@@ -319,21 +349,30 @@ def input_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
     return LayerActivations(tuple(out))
 
 
-def output_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
+def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
                        sequence_parallel: bool = False, cp: int = 1, value_bytes: int = 2,
-                       stat_bytes: int = 4) -> LayerActivations:
+                       stat_bytes: int = STAT_BYTES) -> LayerActivations:
     """What the final norm, the LM head and the loss save, on the last stage, per micro-batch.
 
     Korthikanti et al. 2022 §4.3: the final norm's input and the output projection's input
-    (2sbh/t each with sequence parallelism) and the logits that the cross entropy keeps in
-    fp32, 4sbV/t (the LM head is split over the vocabulary). Measured with PyTorch
+    (2sbh/tp each with sequence parallelism) and the logits that the cross entropy keeps in
+    fp32, 4sbV/tp (the LM head is split over the vocabulary). Measured with PyTorch
     (``F.cross_entropy(logits.float(), targets)``; validate/test_saved_tensors.py), the loss
     saves exactly one fp32 tensor over the vocabulary, its log-softmax, plus the int64
     targets and a 4-byte fp32 count of them; the 16-bit logits and their fp32 copy are not
     saved. Transient peaks while the loss runs (logits, their fp32 copy and the log-softmax
     at once) are not included.
     """
-    s, t, tokens, rep = _split(s, b, t, cp, sequence_parallel)
+    s, b, tp, cp = _check_split(s, b, tp, cp)
+    return _output(model, s, b, tp, bool(sequence_parallel), cp,
+                   positive_int("value_bytes", value_bytes), positive_int("stat_bytes", stat_bytes))
+
+
+def _output(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
+            value_bytes: int, stat_bytes: int) -> LayerActivations:
+    """:func:`output_activations` on checked inputs."""
+    tokens = Fraction(s * b, cp)
+    rep = Fraction(1, tp) if sequence_parallel else Fraction(1)
     h, V = model.hidden, model.vocab
     stats = 2 if model.norm == "layernorm" else 1
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
@@ -342,34 +381,41 @@ def output_activations(model: ModelShape, s: int, b: int, *, t: int = 1,
         Saved("output", f"statistics of the final {norm} (per token)",
               Bytes(stat_bytes * stats * tokens * rep), statistic=True),
         Saved("output", "input to the output projection (LM head)", Bytes(value_bytes * tokens * h * rep)),
-        Saved("output", "log-softmax of the logits, fp32 over the vocabulary", Bytes(4 * tokens * V / t)),
+        Saved("output", "log-softmax of the logits, fp32 over the vocabulary", Bytes(4 * tokens * V / tp)),
         Saved("output", "targets (int64)", Bytes(8 * tokens)),
         Saved("output", "count of the targets (fp32 scalar)", Bytes(4)),
     ))
 
 
-def in_flight(p: int, *, interleave: int = 1, microbatches: int | None = None, stage: int = 0) -> Fraction:
-    """Micro-batches' worth of activations a pipeline stage holds for each of its L/p layers.
+def in_flight(pp: int, *, v: int = 1, microbatches: int | None = None, stage: int = 0) -> Fraction:
+    """Micro-batches' worth of activations a pipeline stage holds for each of its L/pp layers.
 
-    1F1B (Narayanan et al. 2021 §2.2): stage i of p (counting from 0) runs p - i forward
-    passes before its first backward, so the first stage holds p micro-batches of its L/p
-    layers, L layers' worth in all (Korthikanti et al. 2022 §4.2.3, eq. 5). Interleaved, with
-    v = ``interleave`` chunks of L/(pv) layers per device, Megatron-LM warms up
-    2(p - i - 1) + (v - 1)p chunk-micro-batches (``megatron/core/pipeline_parallel/schedules.py``),
-    so stage i holds (2(p - i - 1) + (v - 1)p + 1)/v micro-batches' worth; for the first stage
-    that is p(1 + (p-1)/(pv)), Korthikanti et al.'s interleaving factor (§4.2.3, their m is v).
-    With fewer micro-batches per step (``microbatches`` = m), a stage holds at most m.
+    1F1B (Narayanan et al. 2021 §2.2, who write p for pp): stage i of pp (counting from 0) runs
+    pp - i forward passes before its first backward, so the first stage holds pp micro-batches
+    of its L/pp layers, L layers' worth in all (Korthikanti et al. 2022 §4.2.3, eq. 5).
+    Interleaved, with v chunks of L/(pp·v) layers per device, Megatron-LM warms up
+    2(pp - i - 1) + (v - 1)pp chunk-micro-batches (``megatron/core/pipeline_parallel/schedules.py``),
+    so stage i holds (2(pp - i - 1) + (v - 1)pp + 1)/v micro-batches' worth; for the first
+    stage that is pp(1 + (pp-1)/(pp·v)), Korthikanti et al.'s interleaving factor (§4.2.3, their
+    m is v). With fewer micro-batches per step (``microbatches`` = m), a stage holds at most m.
     """
-    p = positive_int("p (pipeline-parallel size)", p)
-    v = positive_int("interleave (model chunks per device)", interleave)
-    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
-        raise ValueError(f"stage must be a whole number from 0 to p - 1 = {p - 1}, got {stage!r}")
-    if v == 1:
-        held = Fraction(p - stage)
-    else:
-        held = Fraction(2 * (p - stage - 1) + (v - 1) * p + 1, v)
+    pp = positive_int("pp (pipeline-parallel size)", pp)
+    v = positive_int("v (model chunks per pipeline device)", v)
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ValueError(f"stage must be a whole number from 0 to pp - 1 = {pp - 1}, got {stage!r}")
     if microbatches is not None:
-        held = min(held, Fraction(positive_int("microbatches (m)", microbatches)))
+        microbatches = positive_int("microbatches (m)", microbatches)
+    return _in_flight(pp, v, microbatches, stage)
+
+
+def _in_flight(pp: int, v: int, microbatches: int | None, stage: int) -> Fraction:
+    """:func:`in_flight` on checked inputs."""
+    if v == 1:
+        held = Fraction(pp - stage)
+    else:
+        held = Fraction(2 * (pp - stage - 1) + (v - 1) * pp + 1, v)
+    if microbatches is not None:
+        held = min(held, Fraction(microbatches))
     return held
 
 
@@ -386,7 +432,7 @@ class StageActivations:
 
     @property
     def layers(self) -> Bytes:
-        """The stage's L/p layers times the micro-batches in flight."""
+        """The stage's L/pp layers times the micro-batches in flight."""
         return self.per_layer.total * self.layers_on_stage * self.held
 
     @property
@@ -406,31 +452,39 @@ class StageActivations:
 
 
 def stage_activations(
-    model: ModelShape, s: int, b: int, *, t: int = 1, sequence_parallel: bool = False,
-    cp: int = 1, p: int = 1, interleave: int = 1, microbatches: int | None = None,
+    model: ModelShape, s: int, b: int, *, tp: int = 1, sequence_parallel: bool = False,
+    cp: int = 1, pp: int = 1, v: int = 1, microbatches: int | None = None,
     stage: int = 0, recompute: str = "none", attention: str = "eager", value_bytes: int = 2,
-    mask_bytes: int = 1, stat_bytes: int = 4,
+    mask_bytes: int = MASK_BYTES, stat_bytes: int = STAT_BYTES,
 ) -> StageActivations:
     """Activations on one device of pipeline stage ``stage`` (0, the first, holds the most).
 
-    Its L/p layers times :func:`in_flight` micro-batches; on the first stage the embedding's
-    tensors for its p micro-batches in flight (Korthikanti et al. 2022 §4.3: sbhp/t for the
-    embedding dropout mask); on the last stage the output layer's for one micro-batch (in
-    1F1B the last stage runs each backward right after its forward). With p = 1 the one
-    stage has both.
+    Its L/pp layers times :func:`in_flight` micro-batches; on the first stage the embedding's
+    tensors for its pp micro-batches in flight (Korthikanti et al. 2022 §4.3: sbhp/t for the
+    embedding dropout mask, their p and t being pp and tp); on the last stage the output
+    layer's for one micro-batch (in 1F1B the last stage runs each backward right after its
+    forward). With pp = 1 the one stage has both. ``v`` is the interleaved schedule's model
+    chunks per device.
     """
     L = model.layers
-    p = positive_int("p (pipeline-parallel size)", p)
-    _divides("layers", L, p, "p (pipeline-parallel size)")
-    if interleave != 1:
-        _divides("layers per stage", L // p, positive_int("interleave (model chunks per device)", interleave),
-                 "interleave (model chunks per device)")
-    held = in_flight(p, interleave=interleave, microbatches=microbatches, stage=stage)
-    common = dict(t=t, sequence_parallel=sequence_parallel, cp=cp)
+    pp = positive_int("pp (pipeline-parallel size)", pp)
+    _divides("layers", L, pp, "pp (pipeline-parallel size)")
+    if v != 1:
+        _divides("layers per stage", L // pp, positive_int("v (model chunks per pipeline device)", v),
+                 "v (model chunks per pipeline device)")
+    held = in_flight(pp, v=v, microbatches=microbatches, stage=stage)
+    common = dict(tp=tp, sequence_parallel=sequence_parallel, cp=cp)
     per_layer = layer_activations(model, s, b, **common, recompute=recompute, attention=attention,
                                   value_bytes=value_bytes, mask_bytes=mask_bytes, stat_bytes=stat_bytes)
-    embedding = (input_activations(model, s, b, **common, mask_bytes=mask_bytes) if stage == 0 else None)
-    embedding_held = p if microbatches is None else min(p, microbatches)
+    embedding = input_activations(model, s, b, **common, mask_bytes=mask_bytes) if stage == 0 else None
     output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes)
-              if stage == p - 1 else None)
-    return StageActivations(per_layer, L // p, held, embedding, embedding_held, output)
+              if stage == pp - 1 else None)
+    return _stage(model, per_layer, embedding, output, pp, microbatches, held)
+
+
+def _stage(model: ModelShape, per_layer: LayerActivations, embedding: LayerActivations | None,
+           output: LayerActivations | None, pp: int, microbatches: int | None,
+           held: Fraction) -> StageActivations:
+    """One stage's activations from its parts: the one place they are put together."""
+    embedding_held = pp if microbatches is None else min(pp, microbatches)
+    return StageActivations(per_layer, model.layers // pp, held, embedding, embedding_held, output)

@@ -1,22 +1,24 @@
 """The ``trainmath`` command: the site's arithmetic at a terminal, with JSON for scripts.
 
 ``trainmath estimate`` gives the memory one device needs to train a model: weights, gradients,
-master weights, optimizer states (ZeRO §5.1 over the dp·cp ranks, split by tensor and pipeline
-parallelism as :mod:`trainmath.parallelism` does) and activations (:mod:`trainmath.activations`,
-tensor by tensor, for the fullest pipeline stage). Every invalid input exits with status 2 and
-one line on stderr that names the bad value and what is accepted.
+master weights, optimizer states and activations, for the fullest pipeline stage. It only
+parses and renders: the flags become a :class:`trainmath.runs.Run` (:func:`to_run`), the
+library's :func:`trainmath.runs.estimate` does the arithmetic, and :func:`render` (or
+``Estimate.to_json``) prints it. Every invalid input exits with status 2 and one line on
+stderr that names the bad value and what is accepted.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from fractions import Fraction
 from typing import Sequence
 
-from . import activations, memory, models, parallelism, sharding
+from . import activations, memory, models, sharding
+from .runs import Batch, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
+from .parallelism import Layout
 from .units import Bytes, parse_bytes
 
 #: The command's name, as usage and error messages print it.
@@ -145,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- the estimate -------------------------------------------------------------------------------
-def _shape(args: argparse.Namespace) -> models.ModelShape | None:
+# -- from flags to a run ------------------------------------------------------------------------
+def _model(args: argparse.Namespace) -> models.ModelShape | int:
+    """The model the flags name: a parameter count, a preset (changed by shape flags) or a shape."""
     given = {f: getattr(args, f) for f in (*_SHAPE_FLAGS, "kv_heads", "mlp", "norm", "dropout",
                                            "tied_embeddings") if getattr(args, f) is not None}
     if args.params is not None:
@@ -154,15 +157,9 @@ def _shape(args: argparse.Namespace) -> models.ModelShape | None:
             extra = "--model" if args.model else "--" + next(iter(given)).replace("_", "-")
             raise UsageError(f"--params {args.params} cannot be combined with {extra}: give a "
                              "parameter count or a model (preset or shape), not both")
-        return None
+        return args.params
     if args.model:
-        base = models.preset(args.model)
-        if not given:
-            return base
-        fields = {k: v for k, v in vars(base).items() if k not in ("name", "source")}
-        if "heads" in given and "kv_heads" not in given and base.kv_heads == base.heads:
-            fields["kv_heads"] = None  # a multi-head preset stays multi-head
-        return models.shape(f"{base.name} (modified)", **{**fields, **given})
+        return models.modified(models.preset(args.model), **given)
     missing = [f"--{f}" for f in _SHAPE_FLAGS if f not in given]
     if len(missing) == len(_SHAPE_FLAGS):
         raise UsageError("no model given; accepted: --model PRESET, --params N, or a shape "
@@ -172,147 +169,69 @@ def _shape(args: argparse.Namespace) -> models.ModelShape | None:
     return models.shape("custom", **given)
 
 
-def estimate(args: argparse.Namespace) -> dict:
-    """The estimate as a JSON-ready dict: sizes are whole bytes per device.
-
-    Model states from :func:`trainmath.parallelism.device_memory` (ZeRO §5.1), activations from
-    :func:`trainmath.activations.stage_activations` (Korthikanti et al. 2022): their docstrings
-    cite each formula.
-    """
-    model = _shape(args)
-    lay = parallelism.layout(args.dp, args.tp, args.pp, args.cp, v=args.interleave,
-                             sequence_parallel=args.sequence_parallel)
+def to_run(args: argparse.Namespace) -> Run:
+    """The :class:`~trainmath.runs.Run` the parsed flags describe; the library checks it."""
+    model = _model(args)
+    lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel)
     if args.gpus is not None and args.gpus != lay.gpus:
         raise UsageError(f"--gpus {args.gpus} does not match dp × tp × pp × cp = {args.dp} × "
                          f"{args.tp} × {args.pp} × {args.cp} = {lay.gpus}")
-    per_layer = korthikanti = m = bubble = None
-    stage = 0
-    if model is None:
-        if args.global_batch is not None or lay.v > 1:
+    try:
+        return Run(
+            model=model,
+            training=Training(args.precision, args.optimizer, args.zero, args.recompute,
+                              args.attention),
+            layout=lay,
+            batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
+            gpu=None if args.gpu_memory is None else Gpu(args.gpu_memory),
+        )
+    except ShapeNeeded as exc:  # the same rule, worded with the flags that broke it
+        if "global_batch" in exc.fields or "v" in exc.fields:
             raise UsageError("--global-batch and --interleave need a model shape (--model or "
-                             "--layers/--hidden/...)")
-        split = " and ".join(f"--{k} {getattr(lay, k)}" for k in ("tp", "pp") if getattr(lay, k) > 1)
-        if split:
-            verb = "need" if " and " in split else "needs"
-            raise UsageError(f"{split} {verb} a model shape (--model or --layers/--hidden/...): "
-                             "with --params alone the split over those ranks is unknown")
-        params = args.params
-        states = sharding.zero_states(params, lay.zero_group, args.zero, args.precision,
-                                      args.optimizer)
-        device = dict(weights=states.weights, gradients=states.gradients,
-                      master_weights=states.master_weights,
-                      optimizer_states=states.optimizer_states, activations=None)
-    else:
-        params = models.param_count(model)
-        batch = {} if args.global_batch is None else dict(global_batch=args.global_batch,
-                                                           micro_batch=args.micro_batch)
-        parallelism.validate(model, lay, seq_len=args.seq_len, **batch)
-        if args.global_batch is not None:
-            m = parallelism.microbatches(args.global_batch, lay.dp, args.micro_batch)
-            bubble = parallelism.bubble_fraction(lay.pp, m, lay.v)
-        acts = None
-        value_bytes = 4 if args.precision == "fp32" else 2
-        if args.seq_len is not None:
-            common = dict(t=lay.tp, sequence_parallel=lay.sequence_parallel, cp=lay.cp,
-                          recompute=args.recompute, attention=args.attention,
-                          value_bytes=value_bytes)
-            layer = activations.layer_activations(model, args.seq_len, args.micro_batch, **common)
-            per_layer, korthikanti = layer.total, layer.korthikanti
-            acts = [activations.stage_activations(model, args.seq_len, args.micro_batch,
-                                                  p=lay.pp, interleave=lay.v, microbatches=m,
-                                                  stage=i, **common).total
-                    for i in range(lay.pp)]
-        stages = parallelism.device_memory(model, lay, zero_stage=args.zero,
-                                           precision=args.precision,
-                                           optimizer_name=args.optimizer, activations=acts)
-        fullest = parallelism.fullest(stages)
-        stage = fullest.stage
-        device = dict(weights=fullest.weights, gradients=fullest.gradients,
-                      master_weights=fullest.master_weights,
-                      optimizer_states=fullest.optimizer_states,
-                      activations=fullest.activations if acts is not None else None)
-    total = sum((v for v in device.values() if v is not None), Bytes(0))
-    as_int = {k: (None if v is None else _whole(v)) for k, v in device.items()}
-    result = {
-        "params": params,
-        "per_device": {**as_int, "total": _whole(total)},
-        "activations_per_layer": None if korthikanti is None else _whole(korthikanti),
-        "activations_per_layer_with_norm_statistics": None if per_layer is None else _whole(per_layer),
-        "pipeline_stage": stage,
-        "microbatches": m,
-        "pipeline_bubble": None if bubble is None else float(bubble),
-        "gpus": lay.gpus,
-        "fits": None if args.gpu_memory is None else total <= args.gpu_memory,
-        "inputs": {
-            "model": None if model is None else model.name,
-            "shape": None if model is None else _shape_dict(model),
-            "precision": args.precision, "optimizer": args.optimizer, "zero": args.zero,
-            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
-            "sequence_parallel": lay.sequence_parallel, "seq_len": args.seq_len,
-            "micro_batch": args.micro_batch, "global_batch": args.global_batch,
-            "interleave": lay.v, "recompute": args.recompute,
-            "attention": args.attention,
-            "gpu_memory": None if args.gpu_memory is None else _whole(args.gpu_memory),
-        },
-    }
-    return result
-
-
-def _whole(b: Bytes) -> int:
-    """Whole bytes: a shard of an uneven division rounds up (that rank holds the extra byte)."""
-    return math.ceil(b.n)
-
-
-def _shape_dict(m: models.ModelShape) -> dict:
-    return {k: v for k, v in vars(m).items() if k not in ("name", "source")}
+                             "--layers/--hidden/...)") from None
+        split = " and ".join(f"--{k} {getattr(lay, k)}" for k in exc.fields)
+        verb = "need" if len(exc.fields) > 1 else "needs"
+        raise UsageError(f"{split} {verb} a model shape (--model or --layers/--hidden/...): "
+                         "with --params alone the split over those ranks is unknown") from None
 
 
 # -- output ---------------------------------------------------------------------------------------
-_LABELS = {"weights": "weights", "gradients": "gradients", "master_weights": "master weights",
-           "optimizer_states": "optimizer states", "activations": "activations", "total": "total"}
-
-
-def render(result: dict) -> str:
+def render(est: Estimate) -> str:
     """The readable table: per device, GB with GiB beside, what fits, and the sources."""
-    inp = result["inputs"]
-    name = inp["model"] or "--params"
-    lines = [f"{name}: {result['params']:,} parameters, {inp['precision']}, {inp['optimizer']}, "
-             f"ZeRO stage {inp['zero']}"]
-    gpus = f"{result['gpus']} GPU" + ("s" if result["gpus"] > 1 else "")
-    layout = (f"layout: dp {inp['dp']} × tp {inp['tp']} × pp {inp['pp']} × cp {inp['cp']} = "
-              f"{gpus}" + (", sequence parallel" if inp["sequence_parallel"] else "")
-              + (f", {inp['interleave']} chunks per pipeline device" if inp["interleave"] > 1 else ""))
-    lines.append(layout)
-    if inp["seq_len"] is not None and inp["shape"] is not None:
-        lines.append(f"activations: s = {inp['seq_len']}, b = {inp['micro_batch']}, recompute "
-                     f"{inp['recompute']}, {inp['attention']} attention")
-    if result["microbatches"] is not None:
-        lines.append(f"pipeline: m = {result['microbatches']} micro-batches per step, bubble "
-                     f"{result['pipeline_bubble']:.2%} of the ideal step (Narayanan et al. 2021)")
-    where = f" (pipeline stage {result['pipeline_stage']}, the fullest)" if inp["pp"] > 1 else ""
+    r, lay, t, batch, shape = est.run, est.run.layout, est.run.training, est.run.batch, est.run.shape
+    name = "--params" if shape is None else shape.name
+    lines = [f"{name}: {est.params:,} parameters, {t.precision}, {t.optimizer}, "
+             f"ZeRO stage {t.zero_stage}"]
+    lines.append(f"layout: {lay.describe()}")
+    if batch.seq_len is not None and shape is not None:
+        lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
+                     f"{t.recompute}, {t.attention} attention")
+    if est.microbatches is not None:
+        lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
+                     f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")
+    where = f" (pipeline stage {est.pipeline_stage}, the fullest)" if lay.pp > 1 else ""
     lines.append(f"per device{where}:")
-    for key, label in _LABELS.items():
-        n = result["per_device"][key]
-        if n is None:
-            why = "needs a model shape" if inp["shape"] is None else "needs --seq-len"
+    for label, amount in [*est.parts().items(), ("total", est.total)]:
+        if amount is None:
+            why = "needs a model shape" if shape is None else "needs --seq-len"
             lines.append(f"  {label:<17}{'not counted':>12}   ({why})")
             continue
-        lines.append(f"  {label:<17}{Bytes(n).format('GB', 2):>12}  {Bytes(n).format('GiB', 2):>12}")
-    if inp["zero"] == 3:
+        whole = Bytes(math.ceil(amount.n))  # the whole bytes --json reports
+        lines.append(f"  {label:<17}{whole.format('GB', 2):>12}  {whole.format('GiB', 2):>12}")
+    if t.zero_stage == 3:
         lines.append("  (ZeRO-3 also gathers the full weights of one layer at a time, and prefetches")
         lines.append("   the next: not counted here; see the ZeRO and FSDP page)")
-    if result["activations_per_layer"] is not None:
-        layer = Bytes(result["activations_per_layer"])
+    if est.layer is not None:
+        layer = Bytes(math.ceil(est.layer.korthikanti.n))
         lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
                      "2022 count)")
-        if inp["pp"] == 1:
-            layers = inp["shape"]["layers"]
-            lines.append(f"  all {layers} layers keep {(layer * layers).format('GB', 2)}; the "
-                         "embedding, the loss and norm statistics make up the rest")
-    if result["fits"] is not None:
-        capacity = Bytes(inp["gpu_memory"])
-        total = Bytes(result["per_device"]["total"])
-        if result["fits"]:
+        if lay.pp == 1:
+            lines.append(f"  all {shape.layers} layers keep {(layer * shape.layers).format('GB', 2)}; "
+                         "the embedding, the loss and norm statistics make up the rest")
+    if r.gpu is not None:
+        capacity = Bytes(math.ceil(r.gpu.memory.n))
+        total = Bytes(math.ceil(est.total.n))
+        if est.fits:
             lines.append(f"fits in {capacity}: yes, {(capacity - total).format('GB', 2)} to spare")
         else:
             lines.append(f"fits in {capacity}: no, {(total - capacity).format('GB', 2)} over")
@@ -325,14 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status (0, or 2 for bad input)."""
     try:
         args = build_parser().parse_args(argv)
-        result = estimate(args)
+        result = estimate(to_run(args))
     except (UsageError, ValueError, argparse.ArgumentTypeError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(render(result))
+    print(result.to_json() if args.json else render(result))
     return 0
 
 

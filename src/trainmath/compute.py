@@ -34,13 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .activations import RECOMPUTE_KINDS
 from .models import ModelShape, param_breakdown
 from .units import Bytes, GB, choice, positive_int
 
 #: Precisions a :class:`Peak` is taken in.
 PRECISIONS = ("bf16", "fp16", "fp8")
-#: What ``recompute=`` accepts in :func:`flops_per_token`.
-RECOMPUTE = ("none", "selective", "full")
 
 #: 10^12 (SI prefix tera): a TFLOP/s is ``TERA`` FLOP/s.
 TERA = 10**12
@@ -213,7 +212,7 @@ def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") ->
     FlashAttention's own recomputation of QKᵀ in its backward is not counted.
     """
     s = positive_int("seq_len (s)", seq_len)
-    recompute = choice("recompute", recompute, RECOMPUTE)
+    recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
     width = model.heads * model.head_dim
     n = matmul_params(model)
     base = model_flops_per_token(n, model.layers, s, width)

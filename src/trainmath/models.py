@@ -15,7 +15,7 @@ shapes, and :func:`megatron_omissions` names exactly what it leaves out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
 from .units import choice, positive_int
@@ -28,7 +28,11 @@ NORM_KINDS = ("layernorm", "rmsnorm")
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A decoder-only transformer's shape. Build one with :func:`shape` to have it checked."""
+    """A decoder-only transformer's shape, checked when it is made (:func:`shape` fills defaults).
+
+    Sizes must be whole and positive, h a multiple of the heads and the heads a multiple of the
+    key-value heads; ``mlp`` one of :data:`MLP_KINDS`, ``norm`` one of :data:`NORM_KINDS`.
+    """
 
     name: str
     layers: int
@@ -45,6 +49,22 @@ class ModelShape:
     positions: int = 0
     dropout: bool = False
     source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "ffn", "vocab", "kv_heads"):
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}; "
+                             "h must be a multiple of a")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}; "
+                             f"accepted: a divisor of {self.heads}")
+        if self.positions != 0:
+            object.__setattr__(self, "positions", positive_int("positions", self.positions))
+        choice("mlp", self.mlp, MLP_KINDS)
+        choice("norm", self.norm, NORM_KINDS)
+        for name in ("bias", "tied_embeddings", "dropout"):
+            object.__setattr__(self, name, bool(getattr(self, name)))
 
     @property
     def head_dim(self) -> int:
@@ -74,25 +94,35 @@ def shape(
     dropout: bool = False,
     source: str = "",
 ) -> ModelShape:
-    """A checked :class:`ModelShape`: whole positive sizes, heads that divide h, known kinds."""
-    layers = positive_int("layers", layers)
-    hidden = positive_int("hidden", hidden)
-    heads = positive_int("heads", heads)
-    ffn = positive_int("ffn", ffn)
-    vocab = positive_int("vocab", vocab)
-    kv_heads = heads if kv_heads is None else positive_int("kv_heads", kv_heads)
-    if hidden % heads:
-        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}; h must be a multiple of a")
-    if heads % kv_heads:
-        raise ValueError(f"heads {heads} is not divisible by kv_heads {kv_heads}; accepted: a divisor of {heads}")
-    if positions != 0:
-        positions = positive_int("positions", positions)
+    """A checked :class:`ModelShape`; ``kv_heads`` defaults to ``heads`` (multi-head attention)."""
     return ModelShape(
         name=name, layers=layers, hidden=hidden, heads=heads, ffn=ffn, vocab=vocab,
-        kv_heads=kv_heads, mlp=choice("mlp", mlp, MLP_KINDS), norm=choice("norm", norm, NORM_KINDS),
-        bias=bool(bias), tied_embeddings=bool(tied_embeddings), positions=positions,
-        dropout=bool(dropout), source=source,
+        kv_heads=heads if kv_heads is None else kv_heads, mlp=mlp, norm=norm, bias=bias,
+        tied_embeddings=tied_embeddings, positions=positions, dropout=dropout, source=source,
     )
+
+
+#: The fields of a shape that :func:`modified` can change.
+SHAPE_FIELDS = tuple(f.name for f in fields(ModelShape) if f.name not in ("name", "source"))
+
+
+def modified(base: ModelShape, **changes: object) -> ModelShape:
+    """``base`` with ``changes`` (any of :data:`SHAPE_FIELDS`), checked, named "<name> (modified)".
+
+    Changing ``heads`` of a multi-head shape keeps it multi-head (kv_heads follows) unless
+    ``kv_heads`` changes too. With no changes, ``base`` itself.
+
+    >>> modified(preset("llama-2-7b"), mlp="gelu", ffn=16384).name
+    'llama-2-7b (modified)'
+    """
+    unknown = [k for k in changes if k not in SHAPE_FIELDS]
+    if unknown:
+        raise ValueError(f"unknown shape field {unknown[0]!r}; accepted: {', '.join(SHAPE_FIELDS)}")
+    if not changes:
+        return base
+    if "heads" in changes and "kv_heads" not in changes and base.kv_heads == base.heads:
+        changes = {**changes, "kv_heads": changes["heads"]}  # a multi-head shape stays multi-head
+    return replace(base, name=f"{base.name} (modified)", source="", **changes)
 
 
 @dataclass(frozen=True)

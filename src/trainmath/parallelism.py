@@ -1,19 +1,21 @@
 """Data, tensor, pipeline and context parallelism: layouts, per-device memory, traffic, bubble.
 
 A layout places ``dp · tp · pp · cp`` GPUs on a grid (Megatron-LM's order; Narayanan et al.
-2021, *Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM*, §2):
+2021, *Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM*, §2).
+These names, with ``v`` for the model chunks per pipeline device, are the library's one
+vocabulary for parallel sizes; the papers write t for tp and p for pp.
 
-- **tensor parallel** (t = ``tp``, Shoeybi et al. 2019, *Megatron-LM*, §3): each layer's weight
-  matrices are split t ways; the query/key/value and first MLP projections by columns, the
+- **tensor parallel** (``tp``, Shoeybi et al. 2019, *Megatron-LM*, §3): each layer's weight
+  matrices are split tp ways; the query/key/value and first MLP projections by columns, the
   attention output and second MLP projections by rows. Norm weights and the biases of the
   row-split projections are replicated on every rank. The word embedding and LM head are split
-  over the vocabulary (a vocabulary that t does not divide is padded to the next multiple of t
-  here; Megatron pads further, to a multiple of 128·t -- pass a padded shape to model that).
+  over the vocabulary (a vocabulary that tp does not divide is padded to the next multiple of
+  tp here; Megatron pads further, to a multiple of 128·tp -- pass a padded shape to model that).
   Learned position embeddings are replicated.
-- **pipeline parallel** (p = ``pp``, Narayanan et al. 2021, §2.2): the L layers are split into p
-  stages of L/p; the first stage also holds the embedding, the last the final norm and LM head.
-  With tied embeddings the last stage holds its own copy of the word embedding (Megatron keeps
-  both copies and all-reduces their gradients), unless p = 1.
+- **pipeline parallel** (``pp``, Narayanan et al. 2021, §2.2): the L layers are split into pp
+  stages of L/pp; the first stage also holds the embedding, the last the final norm and LM
+  head. With tied embeddings the last stage holds its own copy of the word embedding (Megatron
+  keeps both copies and all-reduces their gradients), unless pp = 1.
 - **context parallel** (``cp``, Megatron-Core context parallelism, Liu et al. 2023 *Ring
   Attention*): every activation is split along the sequence; weights are replicated, so CP ranks
   reduce gradients together with the data-parallel ranks.
@@ -30,9 +32,11 @@ Main entry points:
   :func:`device_memory` (per stage: weights, gradients, master weights, optimizer states and
   the activation bytes you pass in), :func:`peak_device_memory`;
 - :func:`communication` -> :class:`Communication`: bytes each device sends per optimizer step,
-  per scheme;
-- :func:`bubble_fraction` ((p-1)/m, or (p-1)/(m·v) interleaved) and :func:`bubble_share`;
-- :func:`plan` bundles all of it for one run.
+  per scheme (ring factors from :mod:`trainmath.collectives`, ZeRO's traffic from
+  :func:`trainmath.sharding.zero_traffic`);
+- :func:`bubble_fraction` ((pp-1)/m, or (pp-1)/(m·v) interleaved) and :func:`bubble_share`;
+- :func:`plan` bundles the memory, traffic and bubble of one layout; for the memory of one
+  run, activations included, use :func:`trainmath.runs.estimate`.
 
 Activation bytes are an input here, not computed: the activation model lives in
 :mod:`trainmath.activations`. Pass one ``Bytes`` (every stage) or one per stage.
@@ -44,13 +48,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
-from .memory import ModelStates, recipe
+from .activations import RECOMPUTE_KINDS
+from .collectives import ring_all_reduce_factor, ring_gather_factor
+from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
 from .models import ModelShape, param_breakdown
-from .sharding import check_stage, zero_states
+from .sharding import _zero_states, check_stage, zero_traffic
 from .units import Bytes, choice, positive_int
-
-#: What ``recompute=`` accepts in :func:`communication` (Korthikanti et al. 2022, §5).
-RECOMPUTE = ("none", "selective", "full")
 
 
 # -- layouts ----------------------------------------------------------------------------------
@@ -59,15 +62,23 @@ class Layout:
     """A parallel layout: ``dp × tp × pp × cp`` GPUs, ``v`` model chunks per pipeline device.
 
     ``sequence_parallel`` is Korthikanti et al. 2022's sequence parallelism inside the tensor
-    group (it changes activations and the shape of the TP traffic, not the weights).
+    group (it changes activations and the shape of the TP traffic, not the weights). Every
+    degree is checked to be a positive whole number when the layout is made.
     """
 
-    dp: int
+    dp: int = 1
     tp: int = 1
     pp: int = 1
     cp: int = 1
     v: int = 1
     sequence_parallel: bool = False
+
+    def __post_init__(self) -> None:
+        for name, what in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
+                           ("pp", "pipeline-parallel size"), ("cp", "context-parallel size"),
+                           ("v", "model chunks per pipeline device")):
+            object.__setattr__(self, name, positive_int(f"{name} ({what})", getattr(self, name)))
+        object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
 
     @property
     def gpus(self) -> int:
@@ -80,31 +91,26 @@ class Layout:
         return self.dp * self.cp
 
     def describe(self) -> str:
-        """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus interleaving and SP when on)."""
-        text = f"dp {self.dp} × tp {self.tp} × pp {self.pp} × cp {self.cp} = {self.gpus} GPUs"
-        if self.v > 1:
-            text += f", {self.v} chunks per pipeline device"
+        """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus SP and interleaving when on)."""
+        gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
+        text = f"dp {self.dp} × tp {self.tp} × pp {self.pp} × cp {self.cp} = {gpus}"
         if self.sequence_parallel:
             text += ", sequence parallel"
+        if self.v > 1:
+            text += f", {self.v} chunks per pipeline device"
         return text
 
 
 def layout(
-    dp: int, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1, sequence_parallel: bool = False
+    dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1,
+    sequence_parallel: bool = False,
 ) -> Layout:
     """A :class:`Layout` with every degree checked to be a positive whole number.
 
     >>> layout(dp=16, tp=8, pp=4).gpus
     512
     """
-    return Layout(
-        dp=positive_int("dp (data-parallel size)", dp),
-        tp=positive_int("tp (tensor-parallel size)", tp),
-        pp=positive_int("pp (pipeline-parallel size)", pp),
-        cp=positive_int("cp (context-parallel size)", cp),
-        v=positive_int("v (model chunks per pipeline device)", v),
-        sequence_parallel=bool(sequence_parallel),
-    )
+    return Layout(dp, tp, pp, cp, v, sequence_parallel)
 
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
@@ -119,12 +125,23 @@ def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
     B = positive_int("global_batch (sequences per step)", global_batch)
     d = positive_int("dp", dp)
     b = positive_int("micro_batch (b)", micro_batch)
-    if B % (d * b):
-        raise ValueError(
-            f"global batch {B} is not divisible by dp × micro-batch = {d} × {b} = {d * b}; "
-            f"accepted: a multiple of {d * b}"
-        )
-    return B // (d * b)
+    problem = _batch_problem(B, d, b)
+    if problem:
+        raise ValueError(f"{problem}; accepted: a multiple of {d * b}")
+    return _microbatches(B, d, b)
+
+
+def _microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
+    """:func:`microbatches` on checked inputs."""
+    return global_batch // (dp * micro_batch)
+
+
+def _batch_problem(global_batch: int, dp: int, micro_batch: int) -> str | None:
+    """Why ``global_batch`` cannot be split into micro-batches over ``dp`` replicas, or None."""
+    if global_batch % (dp * micro_batch):
+        return (f"global batch {global_batch} is not divisible by dp × micro-batch = "
+                f"{dp} × {micro_batch} = {dp * micro_batch}")
+    return None
 
 
 def validate(
@@ -146,13 +163,13 @@ def validate(
     causal attention); with sequence parallelism the sequence divisible by tp·cp.
     """
     problems: list[str] = []
-    t = lay.tp
-    if model.heads % t:
-        problems.append(f"heads {model.heads} is not divisible by tp {t}")
-    if model.kv_heads % t:
-        problems.append(f"kv_heads {model.kv_heads} is not divisible by tp {t}")
-    if model.ffn % t:
-        problems.append(f"ffn {model.ffn} is not divisible by tp {t}")
+    tp = lay.tp
+    if model.heads % tp:
+        problems.append(f"heads {model.heads} is not divisible by tp {tp}")
+    if model.kv_heads % tp:
+        problems.append(f"kv_heads {model.kv_heads} is not divisible by tp {tp}")
+    if model.ffn % tp:
+        problems.append(f"ffn {model.ffn} is not divisible by tp {tp}")
     if model.layers % lay.pp:
         problems.append(f"layers {model.layers} is not divisible by pp {lay.pp}")
     elif lay.v > 1 and model.layers % (lay.pp * lay.v):
@@ -171,16 +188,16 @@ def validate(
     if global_batch is not None or micro_batch is not None:
         if global_batch is None or micro_batch is None:
             raise ValueError("give both global_batch and micro_batch, or neither")
-        try:
-            microbatches(global_batch, lay.dp, micro_batch)
-        except ValueError as err:
-            problems.append(str(err).split("; accepted")[0])
+        problem = _batch_problem(positive_int("global_batch (sequences per step)", global_batch),
+                                 lay.dp, positive_int("micro_batch (b)", micro_batch))
+        if problem:
+            problems.append(problem)
     if seq_len is not None:
         s = positive_int("seq_len (s)", seq_len)
         if lay.cp > 1 and s % (2 * lay.cp):
             problems.append(f"seq_len {s} is not divisible by 2 × cp = {2 * lay.cp}")
-        if lay.sequence_parallel and s % (t * lay.cp):
-            problems.append(f"seq_len {s} is not divisible by tp × cp = {t} × {lay.cp} = {t * lay.cp}")
+        if lay.sequence_parallel and s % (tp * lay.cp):
+            problems.append(f"seq_len {s} is not divisible by tp × cp = {tp} × {lay.cp} = {tp * lay.cp}")
     if problems:
         raise ValueError(f"invalid layout ({lay.describe()}) for {model.name}: " + "; ".join(problems))
     return lay
@@ -197,7 +214,7 @@ class StageParams:
 
     stage: int
     layers: int
-    #: per-layer parameters split t ways, on this device (all layers of the stage)
+    #: per-layer parameters split tp ways, on this device (all layers of the stage)
     layer_sharded: int
     #: per-layer parameters replicated on every TP rank: norms, row-parallel biases
     layer_replicated: int
@@ -216,32 +233,37 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     """Parameters on one device of each pipeline stage, exactly, from ``param_breakdown``.
 
     Per layer, ``per_layer_norms`` and (with biases) the two row-parallel biases (attention
-    output, second MLP projection: 2h) are replicated; everything else is divided by t
-    (Shoeybi et al. 2019, §3). Stages hold L/p layers each, the first also the embedding, the
+    output, second MLP projection: 2h) are replicated; everything else is divided by tp
+    (Shoeybi et al. 2019, §3). Stages hold L/pp layers each, the first also the embedding, the
     last the final norm and LM head (Narayanan et al. 2021, §2.2).
     """
-    t, p = lay.tp, lay.pp
-    if model.layers % p:
-        raise ValueError(f"layers {model.layers} is not divisible by pp {p}")
+    if model.layers % lay.pp:
+        raise ValueError(f"layers {model.layers} is not divisible by pp {lay.pp}")
     for name, value in (("heads", model.heads), ("kv_heads", model.kv_heads), ("ffn", model.ffn)):
-        if value % t:
-            raise ValueError(f"{name} {value} is not divisible by tp {t}")
+        if value % lay.tp:
+            raise ValueError(f"{name} {value} is not divisible by tp {lay.tp}")
+    return _stage_params(model, lay)
+
+
+def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
+    """:func:`stage_params` for a layout already checked against the model."""
+    tp, pp = lay.tp, lay.pp
     parts = param_breakdown(model)
     h = model.hidden
     replicated = parts.per_layer_norms + (2 * h if model.bias else 0)
     split = parts.per_layer - replicated
-    if split % t:  # cannot happen once heads, kv_heads and ffn divide by t; guard the algebra
-        raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {t}")
-    per_stage = model.layers // p
-    word_rows = _ceil_div(model.vocab, t) * h  # vocabulary-parallel rows on this rank
+    if split % tp:  # cannot happen once heads, kv_heads and ffn divide by tp; guard the algebra
+        raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {tp}")
+    per_stage = model.layers // pp
+    word_rows = _ceil_div(model.vocab, tp) * h  # vocabulary-parallel rows on this rank
     positions = model.positions * h  # replicated
     assert parts.embedding == model.vocab * h + positions  # the breakdown's definition
     stages = []
-    for i in range(p):
-        first, last = i == 0, i == p - 1
+    for i in range(pp):
+        first, last = i == 0, i == pp - 1
         embedding = word_rows + positions if first else 0
         if last:
-            lm_head = word_rows if (not model.tied_embeddings or p > 1) else 0
+            lm_head = word_rows if (not model.tied_embeddings or pp > 1) else 0
             final_norm = parts.final_norm
         else:
             lm_head = final_norm = 0
@@ -249,7 +271,7 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
             StageParams(
                 stage=i,
                 layers=per_stage,
-                layer_sharded=per_stage * split // t,
+                layer_sharded=per_stage * split // tp,
                 layer_replicated=per_stage * replicated,
                 embedding=embedding,
                 lm_head=lm_head,
@@ -281,15 +303,15 @@ class DeviceMemory(ModelStates):
         return {**super().parts(), "activations": self.activations}
 
 
-def _per_stage_activations(activations: Bytes | Sequence[Bytes] | None, p: int) -> tuple[Bytes, ...]:
+def _per_stage_activations(activations: Bytes | Sequence[Bytes] | None, pp: int) -> tuple[Bytes, ...]:
     if activations is None:
-        return (Bytes(0),) * p
+        return (Bytes(0),) * pp
     if isinstance(activations, Bytes):
-        return (activations,) * p
+        return (activations,) * pp
     acts = tuple(activations)
-    if len(acts) != p or not all(isinstance(a, Bytes) for a in acts):
+    if len(acts) != pp or not all(isinstance(a, Bytes) for a in acts):
         raise ValueError(
-            f"activations must be one Bytes or {p} Bytes (one per pipeline stage), got {activations!r}"
+            f"activations must be one Bytes or {pp} Bytes (one per pipeline stage), got {activations!r}"
         )
     return acts
 
@@ -313,9 +335,16 @@ def device_memory(
     """
     check_stage(zero_stage)
     acts = _per_stage_activations(activations, lay.pp)
+    stage_params(model, lay)  # checks the layout against the model
+    return _device_memory(model, lay, zero_stage, bytes_per_param(precision, optimizer_name), acts)
+
+
+def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPerParam,
+                   acts: Sequence[Bytes]) -> tuple[DeviceMemory, ...]:
+    """:func:`device_memory` on checked inputs, with one activation amount per stage."""
     result = []
-    for sp, act in zip(stage_params(model, lay), acts):
-        states = zero_states(sp.total, lay.zero_group, zero_stage, precision, optimizer_name)
+    for sp, act in zip(_stage_params(model, lay), acts):
+        states = _zero_states(sp.total, lay.zero_group, zero_stage, per)
         result.append(
             DeviceMemory(
                 stage=sp.stage, params=sp.total, zero_stage=zero_stage, zero_group=lay.zero_group,
@@ -338,53 +367,38 @@ def peak_device_memory(model: ModelShape, lay: Layout, **kwargs) -> DeviceMemory
 
 
 # -- pipeline bubble ------------------------------------------------------------------------------
-def bubble_fraction(p: int, m: int, v: int = 1) -> Fraction:
-    """Pipeline bubble time over ideal compute time: (p-1)/m, interleaved (p-1)/(m·v).
+def bubble_fraction(pp: int, m: int, v: int = 1) -> Fraction:
+    """Pipeline bubble time over ideal compute time: (pp-1)/m, interleaved (pp-1)/(m·v).
 
-    Narayanan et al. 2021, §2.2.1 (GPipe and 1F1B schedules: t_pb/t_id = (p-1)/m) and §2.2.2
-    (interleaved schedule with v model chunks per device). It is a ratio to the *ideal* time:
-    the bubble's share of the whole step is :func:`bubble_share`.
+    Narayanan et al. 2021, §2.2.1 (GPipe and 1F1B schedules: t_pb/t_id = (p-1)/m, their p
+    being pp) and §2.2.2 (interleaved schedule with v model chunks per device). It is a ratio
+    to the *ideal* time: the bubble's share of the whole step is :func:`bubble_share`.
 
     >>> bubble_fraction(4, 32)
     Fraction(3, 32)
     """
-    p = positive_int("p (pipeline stages)", p)
+    pp = positive_int("pp (pipeline stages)", pp)
     m = positive_int("m (micro-batches per step)", m)
-    v = positive_int("v (model chunks per device)", v)
-    return Fraction(p - 1, m * v)
+    v = positive_int("v (model chunks per pipeline device)", v)
+    return _bubble(pp, m, v)
 
 
-def bubble_share(p: int, m: int, v: int = 1) -> Fraction:
-    """The bubble's share of a whole step: (p-1)/(m·v + p-1) = f/(1+f) for f = bubble_fraction.
+def _bubble(pp: int, m: int, v: int) -> Fraction:
+    """:func:`bubble_fraction` on checked inputs."""
+    return Fraction(pp - 1, m * v)
+
+
+def bubble_share(pp: int, m: int, v: int = 1) -> Fraction:
+    """The bubble's share of a whole step: (pp-1)/(m·v + pp-1) = f/(1+f) for f = bubble_fraction.
 
     f is bubble time over ideal time (Narayanan et al. 2021, §2.2.1 and §2.2.2); a step lasts
     the ideal time plus the bubble, so the bubble takes f/(1+f) of it.
     """
-    f = bubble_fraction(p, m, v)
+    f = bubble_fraction(pp, m, v)
     return f / (1 + f)
 
 
 # -- communication ------------------------------------------------------------------------------
-def ring_all_reduce_factor(n: int) -> Fraction:
-    """Bytes each rank sends in a ring all-reduce, per byte of the buffer: 2(n-1)/n.
-
-    A ring all-reduce is a reduce-scatter plus an all-gather, each sending (n-1)/n of the
-    buffer per rank (Patarasuk & Yuan 2009, *Bandwidth optimal all-reduce algorithms for
-    clusters of workstations*; ZeRO §7.1 counts the 2Ψ of data parallelism this way).
-    """
-    n = positive_int("n (ranks)", n)
-    return Fraction(2 * (n - 1), n)
-
-
-def ring_gather_factor(n: int) -> Fraction:
-    """Bytes each rank sends in a ring all-gather or reduce-scatter, per byte of the full buffer.
-
-    (n-1)/n: half of a ring all-reduce (Patarasuk & Yuan 2009; ZeRO §7.1).
-    """
-    n = positive_int("n (ranks)", n)
-    return Fraction(n - 1, n)
-
-
 @dataclass(frozen=True)
 class Communication:
     """Bytes one device sends per optimizer step, by scheme (it receives the same amount)."""
@@ -410,27 +424,6 @@ class Communication:
         }
 
 
-def data_parallel_bytes(
-    params: int, n: int, zero_stage: int, m: int, *, weight_bytes: int, grad_bytes: int
-) -> Bytes:
-    """Bytes one rank sends per step to keep ``params`` weights in sync over ``n`` ranks.
-
-    ZeRO §7.2 with ring collectives (f = (n-1)/n): stage 0 all-reduces the gradients once per
-    step, 2fΨ·g; stage 1 reduce-scatters them and all-gathers the updated weights, fΨ(g + w)
-    (same 2Ψ as stage 0, §7.2.1); stage 2 shards gradients, so it reduce-scatters after every
-    one of the m micro-batches, fΨ(m·g + w); stage 3 gathers the weights for every forward and
-    every backward and reduce-scatters every micro-batch's gradients, m·fΨ(2w + g) -- the
-    paper's 3Ψ (§7.2.2) when m = 1 and w = g.
-    """
-    psi = positive_int("params", params)
-    stage = check_stage(zero_stage)
-    f = ring_gather_factor(n)
-    m = positive_int("m (micro-batches per step)", m)
-    w, g = weight_bytes, grad_bytes
-    per_param = {0: 2 * g, 1: g + w, 2: m * g + w, 3: m * (2 * w + g)}[stage]
-    return Bytes(f * psi * per_param)
-
-
 def tensor_parallel_collectives(
     layers: int, *, first: bool, last: bool, sequence_parallel: bool, recompute: str
 ) -> Fraction:
@@ -440,7 +433,7 @@ def tensor_parallel_collectives(
     after the MLP, operator g) and two backward (operator f): 4. With sequence parallelism
     (Korthikanti et al. 2022, §4.2.2) each all-reduce becomes a reduce-scatter plus an
     all-gather -- the same bytes -- and the backward all-gathers the sequence-split input of
-    each column-parallel linear once more (it saved only its 1/t shard): +2 all-gathers = +1
+    each column-parallel linear once more (it saved only its 1/tp shard): +2 all-gathers = +1
     all-reduce equivalent, so 5. Full recomputation reruns the forward: +2. Selective
     recomputation reruns only the attention core, which needs no TP traffic: +0.
     First stage: the vocabulary-parallel embedding's output all-reduce (+1; a reduce-scatter,
@@ -483,27 +476,28 @@ def communication(
     accumulates and reduces gradients in fp32 -- its distributed-optimizer docs: "bf16
     parameters, fp32 gradients" -- pass 4 to model that).
 
-    - data parallel: :func:`data_parallel_bytes` over dp·cp ranks for this device's parameters;
-    - tensor parallel: :func:`tensor_parallel_collectives` × 2(t-1)/t × b·(s/cp)·h bytes, × m;
+    - data parallel: :func:`trainmath.sharding.zero_traffic` over dp·cp ranks for this device's
+      parameters, m micro-batches per step;
+    - tensor parallel: :func:`tensor_parallel_collectives` × 2(tp-1)/tp × b·(s/cp)·h bytes, × m;
     - pipeline parallel: each micro-batch sends its b·(s/cp)·h activation forward and its
       gradient backward across each stage boundary (Narayanan et al. 2021, §3.2: bsh per
       micro-batch per boundary), once per model chunk (v times, §2.2.2), except past the ends of
       the pipeline. With ``scatter_gather`` (Narayanan §4.1; default on in Megatron) or with
-      sequence parallelism, each TP rank sends only its 1/t share;
+      sequence parallelism, each TP rank sends only its 1/tp share;
     - context parallel: per layer and micro-batch an all-gather of this TP rank's K and V in the
       forward, another in the backward and a reduce-scatter of their gradients (Megatron-Core
       "Context parallelism overview": KV are gathered again in backward, dKV reduce-scattered),
-      each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/t) values in a ring; recomputation
+      each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/tp) values in a ring; recomputation
       (selective or full) reruns the attention forward and gathers K and V once more.
     """
     s = positive_int("seq_len (s)", seq_len)
     b = positive_int("micro_batch (b)", micro_batch)
-    recompute = choice("recompute", recompute, RECOMPUTE)
+    recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
     act = positive_int("activation_bytes", activation_bytes)
     r = recipe(precision)
     g = r.gradients if grad_bytes is None else positive_int("grad_bytes", grad_bytes)
     m = microbatches(global_batch, lay.dp, b)
-    t, p, cp, v = lay.tp, lay.pp, lay.cp, lay.v
+    tp, pp, cp, v = lay.tp, lay.pp, lay.cp, lay.v
     if s % cp:
         raise ValueError(f"seq_len {s} is not divisible by cp {cp}")
     tokens = b * (s // cp)  # tokens of one micro-batch on this device
@@ -512,25 +506,26 @@ def communication(
     result = []
     for sp in stages:
         i = sp.stage
-        dp_bytes = data_parallel_bytes(
-            sp.total, lay.zero_group, zero_stage, m, weight_bytes=r.weights, grad_bytes=g
-        ) if lay.zero_group > 1 else Bytes(0)
-        if t > 1:
+        dp_bytes = zero_traffic(
+            sp.total, lay.zero_group, zero_stage, microbatches=m, weight_bytes=r.weights,
+            grad_bytes=g,
+        ).total if lay.zero_group > 1 else Bytes(0)
+        if tp > 1:
             count = tensor_parallel_collectives(
-                sp.layers, first=i == 0, last=i == p - 1,
+                sp.layers, first=i == 0, last=i == pp - 1,
                 sequence_parallel=lay.sequence_parallel, recompute=recompute,
             )
-            tp_bytes = Bytes(count * ring_all_reduce_factor(t) * activation * m)
+            tp_bytes = Bytes(count * ring_all_reduce_factor(tp) * activation * m)
         else:
             tp_bytes = Bytes(0)
-        if p > 1:
-            sends = 2 * m * v - (m if i in (0, p - 1) else 0)
-            share = t if (scatter_gather or lay.sequence_parallel) else 1
+        if pp > 1:
+            sends = 2 * m * v - (m if i in (0, pp - 1) else 0)
+            share = tp if (scatter_gather or lay.sequence_parallel) else 1
             pp_bytes = Bytes(Fraction(sends * activation, share))
         else:
             pp_bytes = Bytes(0)
         if cp > 1:
-            kv = 2 * b * s * (model.kv_dim // t) * act  # K and V of the whole sequence, this TP rank
+            kv = 2 * b * s * (model.kv_dim // tp) * act  # K and V of the whole sequence, this TP rank
             passes = 3 + (1 if recompute != "none" else 0)
             cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
         else:
@@ -538,8 +533,8 @@ def communication(
         result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes))
     if stage is None:
         return max(result, key=lambda c: (c.total, -c.stage))
-    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < p:
-        raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {p - 1}")
+    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
+        raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {pp - 1}")
     return result[stage]
 
 

@@ -21,8 +21,14 @@ import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
-import ml_dtypes
-import numpy as np
+try:
+    import ml_dtypes
+    import numpy as np
+except ImportError as exc:  # the one module with dependencies: the `precision` extra
+    raise ImportError(
+        "trainmath.precision reads format facts from numpy and ml_dtypes, which are not installed; "
+        "install them with: pip install 'trainmath[precision]'"
+    ) from exc
 
 from .activations import KORTHIKANTI_LAYER, SavedTensor
 from .units import choice, positive_int

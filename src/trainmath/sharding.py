@@ -14,9 +14,10 @@ and optimizer there is covered: the formulas above are the bf16/fp16-mixed Adam 
 
 Also here: the smallest N_d that fits a GPU (:func:`min_ranks`); PyTorch FSDP's strategies,
 gathered units, prefetch and CPU offload (:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*,
-§3.2-3.3; Ren et al. 2021, *ZeRO-Offload*, §4); bytes sent per step (:func:`step_traffic`;
-ZeRO §7); and FSDP2's exact per-rank bytes with its dim-0 padding (:func:`fsdp2_rank`, checked
-against torch by validate/test_fsdp.py).
+§3.2-3.3; Ren et al. 2021, *ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
+the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies; ZeRO §7,
+ring factors from :mod:`trainmath.collectives`); and FSDP2's exact per-rank bytes with its
+dim-0 padding (:func:`fsdp2_rank`, checked against torch by validate/test_fsdp.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .memory import ModelStates, bytes_per_param, recipe
+from .collectives import ring_all_reduce_factor, ring_gather_factor
+from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
 from .units import Bytes, positive_int
 
 #: ZeRO stages: 0 is plain data parallelism (nothing sharded).
@@ -77,7 +79,11 @@ def zero_states(
     psi = positive_int("params", params)
     n = positive_int("n_d", n_d)
     s = check_stage(stage)
-    per = bytes_per_param(precision, optimizer_name)
+    return _zero_states(psi, n, s, bytes_per_param(precision, optimizer_name))
+
+
+def _zero_states(psi: int, n: int, stage: int, per: BytesPerParam) -> ShardedState:
+    """:func:`zero_states` on checked inputs, from the bytes per parameter ``per``."""
 
     def share(per_param: int | Fraction, sharded: bool) -> Bytes:
         amount = Fraction(per_param) * psi
@@ -86,11 +92,11 @@ def zero_states(
     return ShardedState(
         params=psi,
         n_d=n,
-        stage=s,
-        weights=share(per.weights, s >= 3),
-        gradients=share(per.gradients, s >= 2),
-        master_weights=share(per.master_weights, s >= 1),
-        optimizer_states=share(per.optimizer_states, s >= 1),
+        stage=stage,
+        weights=share(per.weights, stage >= 3),
+        gradients=share(per.gradients, stage >= 2),
+        master_weights=share(per.master_weights, stage >= 1),
+        optimizer_states=share(per.optimizer_states, stage >= 1),
     )
 
 
@@ -272,9 +278,43 @@ class StepTraffic:
         return self.all_reduce + self.reduce_scatter + self.all_gather
 
 
-def _ring(elements: int | Fraction, ranks: int, element_bytes: int) -> Bytes:
-    """One reduce-scatter or all-gather of ``elements`` over a ring: (N-1)/N of them per rank."""
-    return Bytes(Fraction(elements) * element_bytes * (ranks - 1) / ranks)
+def zero_traffic(
+    params: int,
+    n_d: int,
+    stage: int,
+    *,
+    microbatches: int = 1,
+    weight_bytes: int = 2,
+    grad_bytes: int = 2,
+) -> StepTraffic:
+    """Bytes each rank sends per optimizer step under ZeRO ``stage`` over ``n_d`` ranks (ZeRO §7.2).
+
+    With f = (n_d-1)/n_d (a ring, :func:`trainmath.collectives.ring_gather_factor`), g bytes per
+    gradient and w per weight: stage 0 all-reduces the gradients once per step, 2fΨg; stage 1
+    reduce-scatters them and all-gathers the updated weights, fΨ(g + w), the same 2Ψ when
+    w = g (§7.2.1); stage 2 shards the gradients, so it reduce-scatters after every one of the
+    m = ``microbatches`` micro-batches, fΨ(m·g + w); stage 3 gathers the weights for every
+    forward and every backward and reduce-scatters every micro-batch's gradients,
+    m·fΨ(2w + g): the paper's 3Ψ (§7.2.2) when m = 1 and w = g. The one definition of ZeRO's
+    traffic: :func:`step_traffic` and :func:`trainmath.parallelism.communication` use it.
+    """
+    psi = positive_int("params", params)
+    n = positive_int("n_d", n_d)
+    s = check_stage(stage)
+    m = positive_int("microbatches (m)", microbatches)
+    return _zero_traffic(psi, n, s, m, positive_int("weight_bytes", weight_bytes),
+                         positive_int("grad_bytes", grad_bytes))
+
+
+def _zero_traffic(psi: int, n: int, stage: int, m: int, w: int, g: int) -> StepTraffic:
+    """:func:`zero_traffic` on checked inputs."""
+    zero = Bytes(0)
+    if stage == 0:
+        return StepTraffic(Bytes(ring_all_reduce_factor(n) * psi * g), zero, zero, zero)
+    f = ring_gather_factor(n)
+    reductions = m if stage >= 2 else 1  # a sharded gradient is reduced every micro-batch
+    gathers = 2 * m if stage == 3 else 1  # ZeRO-3 gathers for every forward and backward
+    return StepTraffic(zero, Bytes(f * psi * g * reductions), Bytes(f * psi * w * gathers), zero)
 
 
 def step_traffic(
@@ -295,6 +335,7 @@ def step_traffic(
     3Ψ(N-1)/N, 1.5× (§7.2.2). HYBRID_SHARD does ZeRO-3's traffic inside a shard group of S ranks,
     then all-reduces each rank's Ψ/S gradient shard across the n_d/S groups (FSDP §3.2.2).
     ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name; SHARD_GRAD_OP gathers once.
+    One micro-batch per step: :func:`zero_traffic` counts more.
     """
     psi = positive_int("params", params)
     n = positive_int("n_d", n_d)
@@ -304,17 +345,13 @@ def step_traffic(
         stage = FSDP_STRATEGIES[_check_strategy(strategy)]
     else:
         stage = check_stage(strategy)
-    zero = Bytes(0)
     if strategy == "HYBRID_SHARD":
         s = _shard_group(strategy, n, shard_group)
-        replicas = n // s
-        across = _ring(Fraction(psi, s), replicas, g) * 2
-        return StepTraffic(across, _ring(psi, s, g), _ring(psi, s, w) * 2, across)
+        across = Bytes(ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
+        inside = _zero_traffic(psi, s, 3, 1, w, g)
+        return StepTraffic(across, inside.reduce_scatter, inside.all_gather, across)
     _shard_group(strategy, n, shard_group)
-    if stage == 0:
-        return StepTraffic(_ring(psi, n, g) * 2, zero, zero, zero)
-    gathers = 2 if stage == 3 else 1
-    return StepTraffic(zero, _ring(psi, n, g), _ring(psi, n, w) * gathers, zero)
+    return _zero_traffic(psi, n, stage, 1, w, g)
 
 
 def _shard_group(strategy: object, n: int, shard_group: object) -> int:

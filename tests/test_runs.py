@@ -1,0 +1,241 @@
+"""trainmath.runs: one run, checked once, estimated per device.
+
+Expected values come from the papers (ZeRO §3.1 and §5.1, Korthikanti et al. 2022 §4,
+Narayanan et al. 2021 §2.2) and published configs, worked out here, not read back from the code.
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import pickle
+from fractions import Fraction
+
+import pytest
+
+from trainmath import Estimate, Run, estimate, run
+from trainmath.cli import main
+from trainmath.runs import Batch, Gpu, ShapeNeeded, Training
+from trainmath.models import modified, preset
+from trainmath.parallelism import Layout
+from trainmath.units import GB, Bytes, parse_bytes
+
+PSI, N_D = 7_500_000_000, 64  # ZeRO §5.1 and Figure 1: Ψ = 7.5B on 64 GPUs, K = 12
+
+
+def gpt_from_llama_2_7b():
+    """Llama-2-7B's L, h, a, V (Touvron et al. 2023, Table 1) with a GPT layer: eq. 1 holds."""
+    return modified(preset("llama-2-7b"), mlp="gelu", ffn=4 * 4096, norm="layernorm", dropout=True)
+
+
+# -- model states: ZeRO ------------------------------------------------------------------------
+def test_sixteen_bytes_per_parameter():
+    """ZeRO §3.1: mixed-precision Adam keeps 2Ψ + 2Ψ + 12Ψ = 16Ψ bytes."""
+    e = estimate(run(7_000_000_000))
+    assert e.total == Bytes(16 * 7_000_000_000)
+    assert e.parts() == {"weights": Bytes(14 * GB), "gradients": Bytes(14 * GB),
+                         "master weights": Bytes(28 * GB), "optimizer states": Bytes(56 * GB),
+                         "activations": None}
+    assert e.activations is None and e.layer is None and e.pipeline_stage == 0
+
+
+@pytest.mark.parametrize(
+    ("stage", "per_param"),
+    # ZeRO §5.1: (2 + 2 + K)Ψ, (2 + 2 + K/N_d)Ψ, (2 + (2 + K)/N_d)Ψ, (2 + 2 + K)Ψ/N_d
+    [(0, Fraction(16)), (1, 4 + Fraction(12, N_D)), (2, 2 + Fraction(14, N_D)), (3, Fraction(16, N_D))],
+)
+def test_zero_stages_of_the_papers_example(stage, per_param):
+    e = estimate(run(PSI, dp=N_D, zero_stage=stage))
+    assert e.total == Bytes(per_param * PSI)
+
+
+def test_zero_paper_figure_1_rounded():
+    """Figure 1 prints 120 GB, 31.4 GB, 16.6 GB and 1.9 GB."""
+    shown = [estimate(run(PSI, dp=N_D, zero_stage=z)).total.format("GB", 1) for z in range(4)]
+    assert shown == ["120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"]
+
+
+def test_context_parallel_ranks_shard_with_the_data_parallel_ones():
+    """Megatron-Core shards the optimizer over dp·cp ranks: dp 32 × cp 2 = the paper's N_d 64."""
+    assert estimate(run(PSI, dp=32, cp=2, zero_stage=1)).total == Bytes((4 + Fraction(12, 64)) * PSI)
+
+
+# -- activations: Korthikanti et al. 2022 --------------------------------------------------------
+def test_one_gpt_layer_is_eq_1():
+    """§4.1, eq. 1: sbh(34 + 5as/h), for s = 2048, b = 2, h = 4096, a = 32."""
+    s, b, h, a = 2048, 2, 4096, 32
+    e = estimate(run(gpt_from_llama_2_7b(), seq_len=s, micro_batch=b))
+    assert e.layer.korthikanti == Bytes(s * b * h * (34 + Fraction(5 * a * s, h)))
+    # all 32 layers, plus the embedding, the output layer and the norm statistics
+    assert e.activations > e.layer.korthikanti * 32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "per_sbh"),
+    # Table 2 with tp = 8 (the paper's t): sequence parallel divides all of eq. 1 by tp;
+    # with selective recomputation as well, 34/tp
+    [(dict(sequence_parallel=True), (34 + Fraction(5 * 32 * 2048, 4096)) / 8),
+     (dict(sequence_parallel=True, recompute="selective"), Fraction(34, 8)),
+     (dict(recompute="full"), Fraction(2))],
+)
+def test_table_2_rows(kwargs, per_sbh):
+    s, h = 2048, 4096
+    e = estimate(run(gpt_from_llama_2_7b(), seq_len=s, tp=8, **kwargs))
+    assert e.layer.korthikanti == Bytes(s * h * per_sbh)
+
+
+def test_first_pipeline_stage_holds_all_layers_worth():
+    """§4.2.3, eq. 5: the first of pp stages holds pp micro-batches of L/pp layers (1F1B), and
+    interleaving with v chunks multiplies that by 1 + (pp-1)/(pp·v)."""
+    m, s = gpt_from_llama_2_7b(), 2048
+    one_layer = estimate(run(m, seq_len=s)).layer.total
+    plain = estimate(run(m, seq_len=s, pp=4, global_batch=16))
+    assert plain.pipeline_stage == 0
+    first = plain.stages[0]
+    assert first.activations > one_layer * 32  # 32 layers' worth, plus the embedding
+    inter = estimate(run(m, seq_len=s, pp=4, v=2, global_batch=16))
+    extra = inter.stages[0].activations - first.activations
+    assert extra == one_layer * 32 * Fraction(3, 8)  # (pp-1)/(pp·v) = 3/8
+
+
+def test_bubble_narayanan():
+    """§2.2: (pp-1)/(m·v) with m = B/(dp·b): 1024 / 16 = 64 micro-batches, pp = 4, v = 5."""
+    e = estimate(run("llama-3-70b", dp=16, tp=8, pp=4, v=5, sequence_parallel=True,
+                     seq_len=8192, global_batch=1024, attention="flash"))
+    assert e.microbatches == 64
+    assert e.bubble == Fraction(3, 64 * 5)
+
+
+def test_flash_attention_needs_no_scores():
+    """FlashAttention keeps no s×s tensor: doubling s exactly doubles a Llama layer (Dao et al. 2022)."""
+    short, long = (estimate(run("llama-3-8b", seq_len=s, attention="flash")).layer.total
+                   for s in (4096, 8192))
+    assert long == short * 2
+
+
+def test_fp32_keeps_activations_in_4_bytes():
+    """The compute format sets the activations' bytes: Llama's layer has no 1-byte masks."""
+    half, full = (estimate(run("llama-3-8b", seq_len=4096, attention="eager", precision=p)).layer
+                  for p in ("bf16-mixed", "fp32"))
+    assert full.korthikanti == half.korthikanti * 2
+
+
+# -- the whole run --------------------------------------------------------------------------------
+def test_llama_3_70b_params_and_fit():
+    """Dubey et al. 2024, Table 3 / config.json: 70,553,706,496 parameters."""
+    e = estimate(run("llama-3-70b", dp=16, tp=8, pp=4, v=5, sequence_parallel=True, zero_stage=1,
+                     seq_len=8192, global_batch=1024, attention="flash", gpu_memory="80GB"))
+    assert e.params == 70_553_706_496
+    assert e.gpus == 512
+    assert e.fits is (e.total <= parse_bytes("80GB"))
+    assert e.device == max(e.stages, key=lambda d: (d.total, -d.stage))
+
+
+def test_fits_against_the_gpu():
+    """16Ψ = 112 GB for 7B: over an 80 GB GPU, under a 141 GB one."""
+    assert estimate(run(7_000_000_000, gpu_memory="80GB")).fits is False
+    assert estimate(run(7_000_000_000, gpu_memory="141GB")).fits is True
+    assert estimate(run(7_000_000_000)).fits is None
+
+
+def test_run_from_parts_equals_run_from_keywords():
+    parts = Run(preset("llama-2-7b"), Training(zero_stage=1, attention="flash"), Layout(dp=8),
+                Batch(seq_len=4096), Gpu(parse_bytes("80GB")))
+    flat = run("llama-2-7b", zero_stage=1, attention="flash", dp=8, seq_len=4096, gpu_memory="80GB")
+    assert parts == flat
+    assert estimate(parts) == estimate(flat)
+
+
+def test_everything_is_frozen():
+    e = estimate(run(7_000_000_000))
+    for obj, field in ((e, "bubble"), (e.run, "gpu"), (e.run.training, "zero_stage"),
+                       (e.run.batch, "seq_len"), (e.run.layout, "dp")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, field, None)
+
+
+def test_the_command_prints_the_library_estimate():
+    """One function behind both: ``--json`` is exactly ``Estimate.to_json()``."""
+    argv = ["estimate", "--model", "llama-3-70b", "--dp", "16", "--tp", "8", "--pp", "4",
+            "--interleave", "5", "--sequence-parallel", "--zero", "1", "--seq-len", "8192",
+            "--global-batch", "1024", "--attention", "flash", "--gpu-memory", "80GB", "--json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    e = estimate(run("llama-3-70b", dp=16, tp=8, pp=4, v=5, sequence_parallel=True, zero_stage=1,
+                     seq_len=8192, global_batch=1024, attention="flash", gpu_memory="80GB"))
+    assert out.getvalue() == e.to_json() + "\n"
+    d = json.loads(out.getvalue())
+    assert list(d) == ["params", "per_device", "activations_per_layer",
+                       "activations_per_layer_with_norm_statistics", "pipeline_stage",
+                       "microbatches", "pipeline_bubble", "gpus", "fits", "inputs"]
+    assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
+    assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
+
+
+def test_to_dict_rounds_an_uneven_shard_up():
+    """7 parameters × 16 bytes over 3 ranks: 37⅓ bytes, reported as 38 (that rank holds more)."""
+    e = estimate(run(7, dp=3, zero_stage=3))
+    assert e.total == Bytes(Fraction(112, 3))
+    assert e.to_dict()["per_device"]["total"] == 38
+
+
+# -- bad input: one ValueError naming the value and what is accepted ---------------------------------
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: run("llama-9"), "unknown model preset 'llama-9'; accepted: llama-2-7b, "),
+        (lambda: run(0), r"model \(a ModelShape or a parameter count\) must be a positive whole "
+                         "number, got 0"),
+        (lambda: run(7.5e9 + 0.5), "must be a positive whole number, got 7500000000.5"),
+        (lambda: run(7e9, precision="fp8"), "unknown precision 'fp8'; accepted: fp32, fp16-mixed, "
+                                            "bf16-mixed, bf16"),
+        (lambda: run(7e9, optimizer="lion"), "unknown optimizer 'lion'; accepted: adam, adamw, "),
+        (lambda: run(7e9, zero_stage=4), "unknown ZeRO stage 4; accepted: 0, 1, 2, 3"),
+        (lambda: run(7e9, recompute="some"), "unknown recompute 'some'; accepted: none, selective, full"),
+        (lambda: run(7e9, attention="sdpa"), "unknown attention 'sdpa'; accepted: eager, flash"),
+        (lambda: run(7e9, dp=0), r"dp \(data-parallel size\) must be a positive whole number, got 0"),
+        (lambda: run(7e9, seq_len=-1), r"seq_len \(s\) must be a positive whole number, got -1"),
+        (lambda: run(7e9, micro_batch=1.5), r"micro_batch \(b\) must be a positive whole number, got 1.5"),
+        (lambda: run(7e9, gpu_memory="80"), "cannot read '80' as an amount of memory"),
+        (lambda: Gpu(80), r"gpu memory must be a positive Bytes, e.g. parse_bytes\('80GB'\), got 80"),
+        (lambda: Run(7_000_000_000, training="adamw"), "training must be a Training, got 'adamw'"),
+        (lambda: run("llama-3-70b", tp=3),
+         r"invalid layout \(dp 1 × tp 3 × pp 1 × cp 1 = 3 GPUs\) for llama-3-70b: heads 64 is not "
+         "divisible by tp 3; kv_heads 8 is not divisible by tp 3; ffn 28672 is not divisible by tp 3"),
+        (lambda: run("llama-2-7b", dp=3, global_batch=16),
+         "global batch 16 is not divisible by dp × micro-batch = 3 × 1 = 3"),
+        (lambda: run("llama-3-70b", pp=4, v=3), "layers 80 is not divisible by pp × v = 4 × 3 = 12"),
+        (lambda: run("llama-3-70b", cp=2, seq_len=8192),
+         r"context parallelism \(cp = 2\) is modelled with attention='flash' only"),
+    ],
+)
+def test_bad_runs_name_the_value(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields", "message"),
+    [
+        (dict(tp=8), ("tp",), "^tp 8 needs a model shape, not a parameter count alone"),
+        (dict(tp=2, pp=4), ("tp", "pp"), "^tp 2 and pp 4 need a model shape"),
+        (dict(global_batch=16, v=2), ("global_batch", "v"), "^global_batch 16 and v 2 need"),
+    ],
+)
+def test_a_parameter_count_alone_cannot_be_split(kwargs, fields, message):
+    with pytest.raises(ShapeNeeded, match=message) as info:
+        run(7_000_000_000, **kwargs)
+    assert info.value.fields == fields
+    assert isinstance(info.value, ValueError)
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (again.fields, str(again)) == (fields, str(info.value))
+
+
+def test_docstring_examples():
+    import doctest
+
+    result = doctest.testmod(importlib.import_module("trainmath.runs"))
+    assert result.attempted >= 4 and result.failed == 0
+    assert isinstance(estimate(run(7_000_000_000)), Estimate)
