@@ -13,7 +13,6 @@ One module per topic, pure functions over small frozen dataclasses:
 - :mod:`trainmath.parallelism`: dp × tp × pp × cp layouts: per-device memory, traffic, bubble;
 - :mod:`trainmath.runs`: one run's memory per device, the entry point the command uses;
 - :mod:`trainmath.compute`: training FLOPs, GPU peaks, MFU/HFU and time to train;
-- :mod:`trainmath.claims`: the checked numbers of the documentation pages;
 - :mod:`trainmath.cli`: the ``trainmath`` command.
 """
 
