@@ -34,7 +34,8 @@ def test_a_claim_that_raises_or_cannot_be_read_fails_with_its_place():
 
 
 def test_definitions_are_the_page_s_assignments():
-    assert definitions_in("a = 1\nb: int = f(a)\nc, d = 1, 2\n") == {"a": "1", "b": "f(a)"}
+    assert definitions_in("a = 1\nb: int = f(a)\nc, d = 1, g(2)\ne, f = h()\n") == {
+        "a": "1", "b": "f(a)", "c": "1", "d": "g(2)"}
     assert definitions_in(">>> n = 3 * 4\n") == {"n": "3 * 4"}
 
 
@@ -110,3 +111,12 @@ def test_the_readme_example_page_holds_and_passes_the_lint():
     scanned = scan(page)
     assert [r.ok for r in run_page(scanned, {})] == [True, True, True]
     assert scanned.unchecked == []
+
+
+def test_arithmetic_leaves_non_numbers_as_written():
+    class Many:
+        def __float__(self):
+            raise TypeError("only one-element arrays can be converted")
+
+    a = explain("len(xs) + f(arr)", {"xs": [1, 2], "arr": Many(), "f": lambda _: 1}, 3)
+    assert a.steps == ("2 + 1",)

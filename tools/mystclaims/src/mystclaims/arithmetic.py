@@ -183,11 +183,11 @@ def _sources(trees: list[ast.AST], namespace: dict, library: tuple[str, ...]) ->
                     owner = eval(compile(ast.Expression(node.value), "<claim>", "eval"), namespace)  # noqa: S307
                 except Exception:  # noqa: BLE001
                     continue
-                home = next((k for k in type(owner).__mro__ if node.attr in vars(k)), None)
-                if home is not None and isinstance(vars(home)[node.attr], property):
-                    name = _qualified(home, library)
-                    if name:
-                        found.append(f"{name}.{node.attr}")
+                # a property or a field of a library object: its reference entry (or its class's)
+                home = next((k for k in type(owner).__mro__ if node.attr in vars(k)), type(owner))
+                name = _qualified(home, library) if not isinstance(owner, type) else None
+                if name:
+                    found.append(f"{name}.{node.attr}")
                 continue
             if target is None:
                 continue

@@ -165,7 +165,10 @@ def as_number(value: object) -> Fraction:
         raise ClaimError(f"the expression gave {value!r} ({type(value).__name__}), not a number")
     if isinstance(value, (int, Fraction)):
         return Fraction(value)
-    f = float(value)  # type: ignore[arg-type]
+    try:
+        f = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # an array of many values has __float__ but no one value
+        raise ClaimError(f"the expression gave {value!r} ({type(value).__name__}), not a number") from None
     if not math.isfinite(f):
         raise ClaimError(f"the expression gave {f}, not a finite number")
     return Fraction(f)

@@ -86,8 +86,14 @@ def definitions_in(source: str) -> dict[str, str]:
         targets = node.targets if isinstance(node, ast.Assign) else (
             [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
         for target in targets:
+            value = node.value
             if isinstance(target, ast.Name):
-                found[target.id] = ast.get_source_segment(source, node.value) or ast.unparse(node.value)
+                found[target.id] = ast.get_source_segment(source, value) or ast.unparse(value)
+            elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                    and len(target.elts) == len(value.elts):  # a, b = 1, 2
+                for name, part in zip(target.elts, value.elts):
+                    if isinstance(name, ast.Name):
+                        found[name.id] = ast.get_source_segment(source, part) or ast.unparse(part)
     return found
 
 
