@@ -139,6 +139,18 @@ def test_fits_against_the_gpu():
     assert estimate(run(7_000_000_000)).fits is None
 
 
+def test_a_gpu_kind_fits_against_what_nvidia_smi_reports():
+    """An H100 "80GB" reports 81,559 MiB (nvidia-smi): 112 GB of state still does not fit one,
+    and a run of 84 GB, over the label read as 80 × 10^9 bytes, does."""
+    h100 = Gpu(kind="h100-sxm")
+    assert h100.memory.n == 81_559 * 2**20 and h100.name == "H100 SXM"
+    assert estimate(run(7_000_000_000, gpu="h100-sxm")).fits is False
+    assert estimate(run(5_250_000_000, gpu="h100-sxm")).fits is True  # 84 GB
+    assert estimate(run(5_250_000_000, gpu_memory="80GB")).fits is False
+    d = estimate(run(7_000_000_000, gpu="h200")).to_dict()["inputs"]
+    assert (d["gpu"], d["gpu_memory"]) == ("h200", 143_771 * 2**20)
+
+
 def test_run_from_parts_equals_run_from_keywords():
     parts = Run(preset("llama-2-7b"), Training(zero_stage=1, attention="flash"), Layout(dp=8),
                 Batch(seq_len=4096), Gpu(parse_bytes("80GB")))
@@ -200,6 +212,10 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: run(7e9, micro_batch=1.5), r"micro_batch \(b\) must be a positive whole number, got 1.5"),
         (lambda: run(7e9, gpu_memory="80"), "cannot read '80' as an amount of memory"),
         (lambda: Gpu(80), r"gpu memory must be a positive Bytes, e.g. parse_bytes\('80GB'\), got 80"),
+        (lambda: Gpu(), "a Gpu needs a kind .accepted: a100-sxm, h100-sxm, h200, b200. or a memory"),
+        (lambda: run(7e9, gpu="v100"), "unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
+        (lambda: run(7e9, gpu="h100-sxm", gpu_memory="80GB"),
+         "give gpu .a kind, 'h100-sxm'. or gpu_memory .an amount, '80GB'., not both"),
         (lambda: Run(7_000_000_000, training="adamw"), "training must be a Training, got 'adamw'"),
         (lambda: run("llama-3-70b", tp=3),
          r"invalid layout \(dp 1 × tp 3 × pp 1 × cp 1 = 3 GPUs\) for llama-3-70b: heads 64 is not "

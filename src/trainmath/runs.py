@@ -8,7 +8,7 @@ kernel), the :class:`~trainmath.parallelism.Layout`, the :class:`Batch` and, opt
 parts fit together (:func:`trainmath.parallelism.validate`), raising one ValueError that names
 the bad values and what is accepted. A Run that exists is valid, so :func:`estimate` checks
 nothing again: it calls the unchecked cores of the modules below. :func:`run` builds a Run from
-plain keywords (a preset name, ``"80GB"``).
+plain keywords (a preset name, a GPU kind such as ``"h100-sxm"``, ``"80GB"``).
 
 ``estimate(run) -> Estimate``, for the fullest device (the pipeline stage that needs the most):
 
@@ -40,6 +40,7 @@ from fractions import Fraction
 from .activations import (ATTENTION_KINDS, MASK_BYTES, RECOMPUTE_KINDS, STAT_BYTES,
                           LayerActivations, _in_flight, _input, _layer, _output, _stage,
                           check_context_parallel)
+from .compute import GPUS, gpu as _accelerator
 from .memory import bytes_per_param, optimizer, recipe
 from .models import ModelShape, param_count, preset
 from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches, fullest,
@@ -93,14 +94,33 @@ class Batch:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One device: its memory, against which the estimate says whether the run fits."""
+    """One device: the memory the estimate checks the run against, and which GPU it is.
 
-    memory: Bytes
+    ``Gpu(kind="h100-sxm")`` takes that GPU's usable memory, the total ``nvidia-smi`` reports
+    (:attr:`trainmath.compute.GpuMemory.usable`: 81,559 MiB for an H100 sold as "80GB");
+    ``Gpu(memory)`` takes an amount as given (``parse_bytes("80GB")`` is 80 × 10^9 bytes, less
+    than an "80GB" card holds). ``kind`` is a key of :data:`trainmath.compute.GPUS`.
+    """
+
+    memory: Bytes | None = None
+    kind: str | None = None
 
     def __post_init__(self) -> None:
+        if self.kind is not None:
+            accelerator = _accelerator(self.kind)  # a ValueError lists the known kinds
+            if self.memory is None:
+                object.__setattr__(self, "memory", accelerator.memory.usable)
+        elif self.memory is None:
+            raise ValueError(f"a Gpu needs a kind (accepted: {', '.join(GPUS)}) or a memory "
+                             "such as parse_bytes('80GB')")
         if not isinstance(self.memory, Bytes) or self.memory.n <= 0:
             raise ValueError(f"gpu memory must be a positive Bytes, e.g. parse_bytes('80GB'), "
                              f"got {self.memory!r}")
+
+    @property
+    def name(self) -> str | None:
+        """The GPU's name (``"H100 SXM"``), or None when only its memory was given."""
+        return None if self.kind is None else _accelerator(self.kind).name
 
 
 class ShapeNeeded(ValueError):
@@ -191,16 +211,21 @@ def run(
     seq_len: int | None = None,
     micro_batch: int = 1,
     global_batch: int | None = None,
+    gpu: str | None = None,
     gpu_memory: Bytes | str | None = None,
 ) -> Run:
-    """A :class:`Run` from plain keywords: ``model`` may be a preset name, and ``gpu_memory``
-    a text such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`).
+    """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
+    (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
+    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`); not both.
 
     >>> run("llama-2-7b", dp=8, zero_stage=1).params
     6738415616
     """
     if isinstance(model, str):
         model = preset(model)
+    if gpu is not None and gpu_memory is not None:
+        raise ValueError(f"give gpu (a kind, {gpu!r}) or gpu_memory (an amount, {gpu_memory!r}), "
+                         "not both")
     if isinstance(gpu_memory, str):
         gpu_memory = parse_bytes(gpu_memory)
     return Run(
@@ -208,7 +233,7 @@ def run(
         training=Training(precision, optimizer, zero_stage, recompute, attention),
         layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
         batch=Batch(seq_len, micro_batch, global_batch),
-        gpu=None if gpu_memory is None else Gpu(gpu_memory),
+        gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
     )
 
 
@@ -296,6 +321,7 @@ class Estimate:
                 "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
                 "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
                 "interleave": lay.v, "recompute": t.recompute, "attention": t.attention,
+                "gpu": None if r.gpu is None else r.gpu.kind,
                 "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
             },
         }
