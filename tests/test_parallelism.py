@@ -169,6 +169,26 @@ def test_device_memory_zero1_over_dp_times_cp():
     assert first.activations == Bytes(0)
 
 
+def test_megatron_fp32_gradients_with_the_distributed_optimizer():
+    """Megatron Core's distributed-optimizer guide: bf16 parameters with fp32 gradients take 18
+    bytes per parameter, 6 + 12/d with the distributed optimizer over d data-parallel ranks."""
+    lay = layout(dp=16, tp=8, pp=4)
+    psi = 2_270_756_864  # first stage, from test_llama_3_70b_stages_by_hand
+    plain = device_memory(LLAMA3_70B, lay, zero_stage=0, grad_bytes=4)[0]
+    assert plain.model_states == Bytes(18 * psi)
+    dist = device_memory(LLAMA3_70B, lay, zero_stage=1, grad_bytes=4)[0]
+    assert dist.model_states == Bytes(6 * psi + Fraction(12 * psi, 16))
+    assert dist.gradients == Bytes(4 * psi)
+    # the gradients are reduce-scattered in fp32 and the bf16 weights all-gathered:
+    # (4 + 2)Ψ(d-1)/d against ZeRO's (2 + 2)Ψ(d-1)/d
+    kw = dict(seq_len=8192, micro_batch=1, global_batch=512, zero_stage=1)
+    fp32 = plan(LLAMA3_70B, lay, grad_bytes=4, **kw).communication.data_parallel
+    bf16 = plan(LLAMA3_70B, lay, **kw).communication.data_parallel
+    assert fp32 / bf16 == Fraction(6, 4)
+    with pytest.raises(ValueError, match="grad_bytes must be a positive whole number, got 0"):
+        device_memory(LLAMA3_70B, lay, grad_bytes=0)
+
+
 def test_device_memory_zero3_and_activations_per_stage():
     lay = layout(dp=4, pp=2)
     m = gpt(h=64, layers=4, heads=4, vocab=1000, positions=0, tied=False)

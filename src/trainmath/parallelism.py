@@ -44,7 +44,7 @@ Activation bytes are an input here, not computed: the activation model lives in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -324,19 +324,26 @@ def device_memory(
     precision: str = "bf16-mixed",
     optimizer_name: str = "adamw",
     activations: Bytes | Sequence[Bytes] | None = None,
+    grad_bytes: int | None = None,
 ) -> tuple[DeviceMemory, ...]:
     """Memory of one device of each pipeline stage.
 
     Model states: :func:`stage_params` of the stage, divided by ZeRO ``zero_stage`` over
-    dp·cp ranks with :func:`trainmath.sharding.zero_states` (ZeRO §5.1). ``activations``: the
-    activation bytes one device of each stage holds (a single ``Bytes`` for all stages or one
-    per stage; ``None`` counts model states only). Buffers, temporaries and fragmentation are
-    not counted.
+    dp·cp ranks with :func:`trainmath.sharding.zero_states` (ZeRO §5.1-5.3). ``activations``:
+    the activation bytes one device of each stage holds (a single ``Bytes`` for all stages or
+    one per stage; ``None`` counts model states only). ``grad_bytes`` replaces the precision
+    recipe's bytes per gradient: Megatron-LM keeps bf16 parameters with fp32 gradients, 4 bytes
+    (its distributed-optimizer guide: 18 bytes per parameter, 6 + 12/d with the distributed
+    optimizer, which is ZeRO stage 1 here). Buffers, temporaries and fragmentation are not
+    counted.
     """
     check_stage(zero_stage)
     acts = _per_stage_activations(activations, lay.pp)
     stage_params(model, lay)  # checks the layout against the model
-    return _device_memory(model, lay, zero_stage, bytes_per_param(precision, optimizer_name), acts)
+    per = bytes_per_param(precision, optimizer_name)
+    if grad_bytes is not None:
+        per = replace(per, gradients=positive_int("grad_bytes", grad_bytes))
+    return _device_memory(model, lay, zero_stage, per, acts)
 
 
 def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPerParam,
@@ -581,21 +588,24 @@ def plan(
     optimizer_name: str = "adamw",
     activations: Bytes | Sequence[Bytes] | None = None,
     gpus: int | None = None,
+    grad_bytes: int | None = None,
     **comm_kwargs,
 ) -> Plan:
     """:func:`validate`, then memory per stage, traffic of the busiest device and the bubble.
 
-    ``activations`` as in :func:`device_memory`; ``comm_kwargs`` go to :func:`communication`.
+    ``activations`` and ``grad_bytes`` as in :func:`device_memory` (the gradients are reduced
+    in the bytes they are kept in, so ``grad_bytes`` goes to :func:`communication` too);
+    ``comm_kwargs`` go to :func:`communication`.
     """
     validate(model, lay, gpus=gpus, global_batch=global_batch, micro_batch=micro_batch, seq_len=seq_len)
     m = microbatches(global_batch, lay.dp, micro_batch)
     memory = device_memory(
         model, lay, zero_stage=zero_stage, precision=precision,
-        optimizer_name=optimizer_name, activations=activations,
+        optimizer_name=optimizer_name, activations=activations, grad_bytes=grad_bytes,
     )
     comm = communication(
         model, lay, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
-        zero_stage=zero_stage, precision=precision, **comm_kwargs,
+        zero_stage=zero_stage, precision=precision, grad_bytes=grad_bytes, **comm_kwargs,
     )
     return Plan(
         model=model, layout=lay, seq_len=seq_len, micro_batch=micro_batch,
