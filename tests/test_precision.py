@@ -233,6 +233,19 @@ def test_scaler_rejects_bad_input():
 
 # -- activations at another precision ---------------------------------------------------
 
+def test_autocast_keeps_the_softmax_and_the_residual_stream_in_fp32():
+    """PyTorch's Autocast Op Reference puts softmax and layer_norm on the CUDA float32 list, and
+    autocast leaves an fp32 model's residual stream in fp32. Korthikanti et al. 2022 §4.1's
+    tensors then change: softmax output 2 -> 4 bytes per as²b, the two LayerNorm inputs 2 -> 4
+    bytes per sbh each; every matmul input is the 16-bit copy autocast made. 34 + 4 = 38 and
+    5 + 2 = 7."""
+    assert activation_coefficients(2, autocast=True) == (38, 7)
+    assert activation_coefficients(2) == (34, 5)  # Megatron-style: everything in 16 bits
+    assert activation_coefficients(4, autocast=True) == activation_coefficients(4) == (66, 9)
+    assert [t.name for t in KORTHIKANTI_LAYER if t.autocast_fp32] == [
+        "softmax output", "input to the first LayerNorm", "input to the second LayerNorm"]
+
+
 def test_activation_coefficients():
     """16-bit values reproduce Korthikanti eq. 1; fp32 doubles all but the 1-byte masks."""
     assert activation_coefficients(2) == (SBH_COEFFICIENT, AS2B_COEFFICIENT) == (34, 5)

@@ -37,12 +37,19 @@ from .units import Bytes, choice, positive_int
 
 @dataclass(frozen=True)
 class SavedTensor:
-    """One tensor saved for backward: ``sbh`` bytes per s·b·h, ``as2b`` bytes per a·s²·b."""
+    """One tensor saved for backward: ``sbh`` bytes per s·b·h, ``as2b`` bytes per a·s²·b.
+
+    ``autocast_fp32`` marks a tensor that PyTorch's autocast keeps in fp32 where a Megatron-style
+    half-precision model keeps it in 16 bits: the output of an op on autocast's CUDA float32
+    list (softmax), or the residual stream of a model whose parameters stay fp32 under autocast
+    (what the LayerNorms take in). See :func:`trainmath.precision.activation_coefficients`.
+    """
 
     block: str
     name: str
     sbh: int = 0
     as2b: int = 0
+    autocast_fp32: bool = False
 
 
 #: The tensors of one layer, Korthikanti et al. 2022, §4.1 (16-bit values, 1-byte masks).
@@ -51,7 +58,7 @@ class SavedTensor:
 KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
     SavedTensor("attention", "input to the Q, K, V projections", sbh=2),
     SavedTensor("attention", "Q and K, inputs to QKᵀ", sbh=4),
-    SavedTensor("attention", "softmax output", as2b=2),
+    SavedTensor("attention", "softmax output", as2b=2, autocast_fp32=True),
     SavedTensor("attention", "softmax dropout mask", as2b=1),
     SavedTensor("attention", "dropout output, input to attention over V", as2b=2),
     SavedTensor("attention", "V, input to attention over V", sbh=2),
@@ -61,8 +68,8 @@ KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
     SavedTensor("MLP", "input to GeLU (width 4h)", sbh=8),
     SavedTensor("MLP", "input to the second linear layer (width 4h)", sbh=8),
     SavedTensor("MLP", "MLP dropout mask", sbh=1),
-    SavedTensor("LayerNorm", "input to the first LayerNorm", sbh=2),
-    SavedTensor("LayerNorm", "input to the second LayerNorm", sbh=2),
+    SavedTensor("LayerNorm", "input to the first LayerNorm", sbh=2, autocast_fp32=True),
+    SavedTensor("LayerNorm", "input to the second LayerNorm", sbh=2, autocast_fp32=True),
 )
 
 #: The 34 of eq. 1: bytes per s·b·h summed over the tensors above.

@@ -388,17 +388,33 @@ def is_mask(tensor: SavedTensor) -> bool:
 
 
 def activation_coefficients(value_bytes: int,
-                            tensors: tuple[SavedTensor, ...] = KORTHIKANTI_LAYER) -> tuple[int, int]:
+                            tensors: tuple[SavedTensor, ...] = KORTHIKANTI_LAYER,
+                            *, autocast: bool = False) -> tuple[int, int]:
     """(bytes per s·b·h, bytes per a·s²·b) of one layer with activations of ``value_bytes``.
 
     Korthikanti et al. 2022, §4.1, eq. 1 count 2-byte (16-bit) activations and 1-byte dropout
-    masks: 34 and 5. Each activation term scales with the value size; masks stay 1 byte, so
-    fp32 activations (4 bytes) give 66 and 9.
+    masks: 34 and 5, as a Megatron-style half-precision model keeps them (16-bit weights, a
+    16-bit residual stream, the softmax written out in 16 bits). Each activation term scales
+    with the value size; masks stay 1 byte, so fp32 activations (4 bytes) give 66 and 9.
+
+    ``autocast=True`` counts PyTorch's automatic mixed precision instead (``torch.autocast``
+    over an fp32 model): the tensors marked ``autocast_fp32`` stay in fp32, 4 bytes: the
+    softmax output (softmax is on autocast's CUDA float32 list, PyTorch's "Autocast Op
+    Reference") and the two LayerNorm inputs (the residual stream of fp32 parameters). Every
+    matrix multiply saves the 16-bit copy of its input that autocast made, so the rest keep
+    ``value_bytes``: 38 and 7 for 16-bit autocast. Autocast also saves the 16-bit copy of each
+    weight it casts, which is not an activation and is not counted here.
     """
     size = positive_int("value_bytes", value_bytes)
+    fp32 = float_format("fp32").bits // 8
     sbh = as2b = Fraction(0)
     for t in tensors:
-        factor = 1 if is_mask(t) else Fraction(size, 2)
+        if is_mask(t):
+            factor = Fraction(1)
+        elif autocast and t.autocast_fp32:
+            factor = Fraction(fp32, 2)
+        else:
+            factor = Fraction(size, 2)
         sbh += t.sbh * factor
         as2b += t.as2b * factor
     if sbh.denominator != 1 or as2b.denominator != 1:
