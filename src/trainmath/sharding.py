@@ -15,7 +15,8 @@ and optimizer there is covered: the formulas above are the bf16/fp16-mixed Adam 
 Also here: the smallest N_d that fits a GPU (:func:`min_ranks`); PyTorch FSDP's strategies,
 gathered units, prefetch and CPU offload (:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*,
 §3.2-3.3; Ren et al. 2021, *ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
-the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies; ZeRO §7,
+the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies, both with
+m micro-batches per step; ZeRO §7,
 ring factors from :mod:`trainmath.collectives`); and FSDP2's exact per-rank bytes with its
 dim-0 padding (:func:`fsdp2_rank`, checked against torch by validate/test_fsdp.py).
 """
@@ -325,6 +326,7 @@ def step_traffic(
     shard_group: int | None = None,
     grad_dtype: str = "bf16",
     param_dtype: str | None = None,
+    microbatches: int = 1,
 ) -> StepTraffic:
     """Bytes each rank sends per step for gradient sync and parameter gathers (ZeRO §7).
 
@@ -332,13 +334,23 @@ def step_traffic(
     per rank (ZeRO §7.1 rounds this to 2Ψ). ZeRO-1 and ZeRO-2 reduce-scatter the gradients and
     all-gather the updated parameters: the same volume (§7.2.1). ZeRO-3 all-gathers the
     parameters in the forward and again in the backward, then reduce-scatters the gradients:
-    3Ψ(N-1)/N, 1.5× (§7.2.2). HYBRID_SHARD does ZeRO-3's traffic inside a shard group of S ranks,
-    then all-reduces each rank's Ψ/S gradient shard across the n_d/S groups (FSDP §3.2.2).
-    ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name; SHARD_GRAD_OP gathers once.
-    One micro-batch per step: :func:`zero_traffic` counts more.
+    3Ψ(N-1)/N, 1.5× (§7.2.2). ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name.
+
+    The paper counts one micro-batch per step. With ``microbatches`` = m (gradient
+    accumulation), what a stage does in every backward happens m times, as :func:`zero_traffic`
+    (the one definition, which this calls) counts it: whole gradients (stages 0 and 1)
+    accumulate and are reduced once; sharded ones (stage 2, FULL_SHARD) are reduce-scattered
+    after every micro-batch, and ZeRO-3 gathers the weights for every forward and backward.
+    FSDP reduces in every backward unless told not to (FSDP1's ``no_sync``, FSDP2's
+    ``set_requires_gradient_sync(False)``, which keep unsharded gradients instead).
+    SHARD_GRAD_OP reshards after each backward, so it gathers before every forward: m(Ψg + Ψw)
+    where ZeRO-2 keeps the weights and gathers once. HYBRID_SHARD does ZeRO-3's traffic inside a
+    shard group of S ranks, then all-reduces each rank's Ψ/S gradient shard across the n_d/S
+    groups (FSDP §3.2.2), every micro-batch.
     """
     psi = positive_int("params", params)
     n = positive_int("n_d", n_d)
+    m = positive_int("microbatches (m)", microbatches)
     g = DTYPE_BYTES[_dtype(grad_dtype)]
     w = DTYPE_BYTES[_dtype(param_dtype)] if param_dtype is not None else g
     if isinstance(strategy, str):
@@ -347,11 +359,15 @@ def step_traffic(
         stage = check_stage(strategy)
     if strategy == "HYBRID_SHARD":
         s = _shard_group(strategy, n, shard_group)
-        across = Bytes(ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
-        inside = _zero_traffic(psi, s, 3, 1, w, g)
+        across = Bytes(m * ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
+        inside = _zero_traffic(psi, s, 3, m, w, g)
         return StepTraffic(across, inside.reduce_scatter, inside.all_gather, across)
     _shard_group(strategy, n, shard_group)
-    return _zero_traffic(psi, n, stage, 1, w, g)
+    if strategy == "SHARD_GRAD_OP":  # like ZeRO-2, but gathering again for every forward
+        f = ring_gather_factor(n)
+        zero = Bytes(0)
+        return StepTraffic(zero, Bytes(m * f * psi * g), Bytes(m * f * psi * w), zero)
+    return _zero_traffic(psi, n, stage, m, w, g)
 
 
 def _shard_group(strategy: object, n: int, shard_group: object) -> int:
