@@ -246,6 +246,27 @@ def test_communication_tensor_parallel_megatron():
     assert sp.tensor_parallel == Bytes((5 * L + Fraction(3, 2)) * Fraction(2 * (tp - 1), tp) * buffer * m)
 
 
+def test_sequence_parallel_traffic_the_paper_and_megatron_lm():
+    """Korthikanti et al. 2022 §4.2.2: with sequence parallelism each all-reduce becomes a
+    reduce-scatter and an all-gather, the same volume as tensor parallelism: 4 all-reduce
+    equivalents per layer. Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
+    all-gathers each column-parallel input again in the backward: 2 more all-gathers, 5."""
+    count = dict(first=False, last=False, sequence_parallel=True, recompute="none")
+    from trainmath.parallelism import tensor_parallel_collectives
+    assert tensor_parallel_collectives(1, **count, regather=False) == 4
+    assert tensor_parallel_collectives(1, **count) == 5
+    h, L, s, b, tp = 1024, 4, 2048, 2, 4
+    model = gpt(h=h, layers=L, heads=16, vocab=32000, tied=False)
+    kw = dict(seq_len=s, micro_batch=b, global_batch=8)
+    lay = layout(dp=1, tp=tp, sequence_parallel=True)
+    paper = communication(model, lay, regather=False, **kw).tensor_parallel
+    tp_only = communication(model, layout(dp=1, tp=tp), **kw).tensor_parallel
+    # the paper's count: the layers cost what tensor parallelism alone costs; only the
+    # embedding's all-reduce becomes a reduce-scatter (half)
+    buffer = b * s * h * 2 * Fraction(2 * (tp - 1), tp) * (8 // b)
+    assert tp_only - paper == Bytes(Fraction(1, 2) * buffer)
+
+
 def test_communication_pipeline_and_context():
     h, s, b, tp, pp, cp = 1024, 4096, 1, 2, 4, 2
     model = shape("llama-ish", layers=8, hidden=h, heads=16, kv_heads=4, ffn=2816, vocab=32000)
