@@ -201,13 +201,20 @@ def _float32_round_to_odd(values: np.ndarray) -> np.ndarray:
     return r
 
 
-def round_to(x, name: str):
+def round_to(x, name: str, *, saturate: bool = False):
     """``x`` rounded to the nearest value of format ``name`` (ties to even), as float64.
 
     Uses the format's NumPy / ml_dtypes cast (for ml_dtypes through a float32 rounded to odd,
     so that the result is rounded once: Boldo & Melquiond 2008, Theorem 1). Ties to even is
-    IEEE 754-2019's roundTiesToEven (§4.3.1). A scalar gives a float, an array an array. Values
-    past the overflow threshold become inf, or NaN in fp8-e4m3, which has no inf.
+    IEEE 754-2019's roundTiesToEven (§4.3.1). A scalar gives a float, an array an array.
+
+    Overflow: without saturation (the default, what NumPy, ml_dtypes and PyTorch's plain
+    ``.to(torch.float8_e4m3fn)`` do), values past the overflow threshold become inf, or NaN in
+    fp8-e4m3, which has no inf. ``saturate=True`` is the OCP 8-bit floating point
+    specification's saturating conversion: magnitudes past the largest finite value, infinities
+    included, become ± that value (448 in fp8-e4m3), as FP8 training casts do (torchao's
+    ``to_fp8_saturated`` clamps before it casts; CUDA's fp8 conversions take
+    ``__NV_SATFINITE``). NaN stays NaN.
     """
     choice("format", name, FORMATS)
     if name not in DTYPES:
@@ -216,6 +223,9 @@ def round_to(x, name: str):
             f"accepted: {', '.join(DTYPES)}"
         )
     values = np.asarray(x, dtype=np.float64)
+    if saturate:
+        largest = float(FORMATS[name].max)
+        values = np.clip(values, -largest, largest)  # NaN passes through clip unchanged
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         if DTYPES[name] not in (np.float32, np.float16):  # NumPy casts from float64 directly
             values = _float32_round_to_odd(values)
