@@ -153,6 +153,25 @@ def test_llama_layer_swiglu_gqa_rmsnorm_no_dropout():
     assert not any("dropout" in t.name for t in got.tensors)
 
 
+def test_fused_swiglu_saves_three_ffn_wide_tensors_not_four():
+    """Megatron-LM's SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) saves only its
+    input, the gate-and-up projection output (2 × ffn), and recomputes SiLU in the backward;
+    the down projection saves the SwiGLU output (ffn). Eager PyTorch saves gate, up, SiLU(gate)
+    and their product: 4 × ffn."""
+    m = preset("llama-3-8b")
+    s, b, f = 8192, 1, 14336
+    eager = layer_activations(m, s, b).by_block()["MLP"]
+    fused = layer_activations(m, s, b, mlp_kernel="fused").by_block()["MLP"]
+    mlp_input = 2 * s * b * 4096
+    assert eager.n == mlp_input + 4 * 2 * s * b * f
+    assert fused.n == mlp_input + 3 * 2 * s * b * f
+    # a GeLU MLP saves two ffn-wide tensors with either kernel
+    gpt = _gpt(1024, 16)
+    assert layer_activations(gpt, 2048, 1, mlp_kernel="fused") == layer_activations(gpt, 2048, 1)
+    with pytest.raises(ValueError, match="unknown mlp_kernel 'triton'; accepted: eager, fused"):
+        layer_activations(m, s, b, mlp_kernel="triton")
+
+
 def test_flash_attention_drops_the_s2_term_and_keeps_the_lse():
     m = preset("llama-3-8b")
     s, b, h, a, kv = 8192, 2, 4096, 32, 1024

@@ -132,6 +132,7 @@ def test_parse_count(text):
         (["--params", "7e9", "--bogus"], "unrecognized arguments: --bogus"),
         (["--model", "llama-2-7b", "--mlp", "relu"], "argument --mlp: unknown mlp 'relu'; accepted: gelu, swiglu"),
         (["--model", "llama-2-7b", "--attention", "sdpa"], "unknown attention 'sdpa'; accepted: eager, flash"),
+        (["--model", "llama-2-7b", "--mlp-kernel", "triton"], "unknown mlp kernel 'triton'; accepted: eager, fused"),
         (["--params", "7e9", "--dp"], "argument --dp: expected one argument"),
     ],
 )

@@ -151,6 +151,15 @@ def test_a_gpu_kind_fits_against_what_nvidia_smi_reports():
     assert (d["gpu"], d["gpu_memory"]) == ("h200", 143_771 * 2**20)
 
 
+def test_the_mlp_kernel_reaches_the_estimate():
+    """A fused SwiGLU saves one ffn-wide tensor fewer per layer (Megatron-LM's SwiGLUFunction):
+    2·s·ffn bytes × 32 layers less for Llama-3-8B on one GPU."""
+    eager = estimate(run("llama-3-8b", seq_len=4096, attention="flash"))
+    fused = estimate(run("llama-3-8b", seq_len=4096, attention="flash", mlp_kernel="fused"))
+    assert eager.activations - fused.activations == Bytes(2 * 4096 * 14336 * 32)
+    assert fused.to_dict()["inputs"]["mlp_kernel"] == "fused"
+
+
 def test_run_from_parts_equals_run_from_keywords():
     parts = Run(preset("llama-2-7b"), Training(zero_stage=1, attention="flash"), Layout(dp=8),
                 Batch(seq_len=4096), Gpu(parse_bytes("80GB")))
@@ -207,6 +216,7 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: run(7e9, zero_stage=4), "unknown ZeRO stage 4; accepted: 0, 1, 2, 3"),
         (lambda: run(7e9, recompute="some"), "unknown recompute 'some'; accepted: none, selective, full"),
         (lambda: run(7e9, attention="sdpa"), "unknown attention 'sdpa'; accepted: eager, flash"),
+        (lambda: run(7e9, mlp_kernel="triton"), "unknown mlp_kernel 'triton'; accepted: eager, fused"),
         (lambda: run(7e9, dp=0), r"dp \(data-parallel size\) must be a positive whole number, got 0"),
         (lambda: run(7e9, seq_len=-1), r"seq_len \(s\) must be a positive whole number, got -1"),
         (lambda: run(7e9, micro_batch=1.5), r"micro_batch \(b\) must be a positive whole number, got 1.5"),

@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--attention", default="eager",
                        type=_one_of("attention", activations.ATTENTION_KINDS),
                        help="eager (stores the s×s scores) or flash")
+    train.add_argument("--mlp-kernel", default="eager",
+                       type=_one_of("mlp kernel", activations.MLP_KERNELS),
+                       help="eager (SwiGLU saves four ffn-wide tensors) or fused (three)")
     train.add_argument("--gpu", type=_one_of("GPU", list(compute.GPUS)), metavar="KIND",
                        help="one of: " + ", ".join(compute.GPUS) + ": say whether it fits in "
                        "the memory nvidia-smi reports for it")
@@ -187,7 +190,7 @@ def to_run(args: argparse.Namespace) -> Run:
         return Run(
             model=model,
             training=Training(args.precision, args.optimizer, args.zero, args.recompute,
-                              args.attention),
+                              args.attention, args.mlp_kernel),
             layout=lay,
             batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
             gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
@@ -211,8 +214,9 @@ def render(est: Estimate) -> str:
              f"ZeRO stage {t.zero_stage}"]
     lines.append(f"layout: {lay.describe()}")
     if batch.seq_len is not None and shape is not None:
+        kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
-                     f"{t.recompute}, {t.attention} attention")
+                     f"{t.recompute}, {t.attention} attention{kernel}")
     if est.microbatches is not None:
         lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
                      f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, fields
 from fractions import Fraction
 
-from .activations import (ATTENTION_KINDS, MASK_BYTES, RECOMPUTE_KINDS, STAT_BYTES,
+from .activations import (ATTENTION_KINDS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES,
                           LayerActivations, _in_flight, _input, _layer, _output, _stage,
                           check_context_parallel)
 from .compute import GPUS, gpu as _accelerator
@@ -52,12 +52,13 @@ from .units import Bytes, choice, parse_bytes, positive_int
 # -- the parts of a run -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Training:
-    """How the model is trained: precision recipe, optimizer, ZeRO stage, recomputation, attention.
+    """How the model is trained: precision recipe, optimizer, ZeRO stage, recomputation, kernels.
 
     ``precision`` is one of :data:`trainmath.memory.RECIPES`, ``optimizer`` one of
     :data:`trainmath.memory.OPTIMIZERS`, ``zero_stage`` 0 to 3 (:mod:`trainmath.sharding`),
-    ``recompute`` one of :data:`trainmath.activations.RECOMPUTE_KINDS` and ``attention`` one of
-    :data:`trainmath.activations.ATTENTION_KINDS`.
+    ``recompute`` one of :data:`trainmath.activations.RECOMPUTE_KINDS`, ``attention`` one of
+    :data:`trainmath.activations.ATTENTION_KINDS` and ``mlp_kernel`` one of
+    :data:`trainmath.activations.MLP_KERNELS` (eager PyTorch, or a fused SwiGLU).
     """
 
     precision: str = "bf16-mixed"
@@ -65,6 +66,7 @@ class Training:
     zero_stage: int = 0
     recompute: str = "none"
     attention: str = "eager"
+    mlp_kernel: str = "eager"
 
     def __post_init__(self) -> None:
         recipe(self.precision)
@@ -72,6 +74,7 @@ class Training:
         object.__setattr__(self, "zero_stage", check_stage(self.zero_stage))
         choice("recompute", self.recompute, RECOMPUTE_KINDS)
         choice("attention", self.attention, ATTENTION_KINDS)
+        choice("mlp_kernel", self.mlp_kernel, MLP_KERNELS)
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ def run(
     zero_stage: int = 0,
     recompute: str = "none",
     attention: str = "eager",
+    mlp_kernel: str = "eager",
     dp: int = 1,
     tp: int = 1,
     pp: int = 1,
@@ -230,7 +234,7 @@ def run(
         gpu_memory = parse_bytes(gpu_memory)
     return Run(
         model=model,
-        training=Training(precision, optimizer, zero_stage, recompute, attention),
+        training=Training(precision, optimizer, zero_stage, recompute, attention, mlp_kernel),
         layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
@@ -321,6 +325,7 @@ class Estimate:
                 "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
                 "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
                 "interleave": lay.v, "recompute": t.recompute, "attention": t.attention,
+                "mlp_kernel": t.mlp_kernel,
                 "gpu": None if r.gpu is None else r.gpu.kind,
                 "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
             },
@@ -369,7 +374,8 @@ def _activations(shape: ModelShape, lay: Layout, t: Training, batch: Batch,
     """One layer's saved tensors, and the activation bytes on one device of each stage."""
     value_bytes = recipe(t.precision).weights  # the compute format: 4 bytes in fp32, else 2
     split = (shape, batch.seq_len, batch.micro_batch, lay.tp, lay.sequence_parallel, lay.cp)
-    layer = _layer(*split, t.recompute, t.attention, value_bytes, MASK_BYTES, STAT_BYTES)
+    layer = _layer(*split, t.recompute, t.attention, value_bytes, MASK_BYTES, STAT_BYTES,
+                   t.mlp_kernel)
     embedding = _input(*split, MASK_BYTES)
     output = _output(*split, value_bytes, STAT_BYTES)
     pp = lay.pp
