@@ -82,6 +82,13 @@ def test_a_gpu_kind_is_checked_against_what_nvidia_smi_reports(capsys):
     assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 81_559 * 2**20)
 
 
+def test_the_sources_line_cites_zero_per_stage_sections(capsys):
+    """ZeRO's per-stage formulas are §5.1 (P_os), §5.2 (P_g) and §5.3 (P_p), not §5.1 alone."""
+    status, out, _ = run(capsys, "estimate", "--params", "7B", "--zero", "3", "--dp", "8")
+    assert status == 0
+    assert "Rajbhandari et al. 2020 (ZeRO) §5.1–5.3;" in out
+
+
 def test_readable_table(capsys):
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu-memory", "80GB")
     assert status == 0

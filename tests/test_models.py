@@ -57,7 +57,7 @@ def test_a_shape_is_checked_however_it_is_made():
 
 
 def test_modified_preset():
-    """Llama-2-7B (Touvron et al. 2023, Table 1) with a GPT MLP: 4h wide, two matrices."""
+    """Llama-2-7B (config.json; LLaMA 7B's h, a, L in Touvron et al. 2023a, Table 2) with a GPT MLP: 4h wide, two matrices."""
     base = preset("llama-2-7b")
     m = modified(base, mlp="gelu", ffn=4 * 4096)
     assert m.name == "llama-2-7b (modified)" and m.source == ""

@@ -1,6 +1,6 @@
 """trainmath.runs: one run, checked once, estimated per device.
 
-Expected values come from the papers (ZeRO §3.1 and §5.1, Korthikanti et al. 2022 §4,
+Expected values come from the papers (ZeRO §3.1 and §5.1–5.3, Korthikanti et al. 2022 §4,
 Narayanan et al. 2021 §2.2) and published configs, worked out here, not read back from the code.
 """
 
@@ -21,11 +21,11 @@ from trainmath.models import modified, preset
 from trainmath.parallelism import Layout
 from trainmath.units import GB, Bytes, parse_bytes
 
-PSI, N_D = 7_500_000_000, 64  # ZeRO §5.1 and Figure 1: Ψ = 7.5B on 64 GPUs, K = 12
+PSI, N_D = 7_500_000_000, 64  # ZeRO §5.1–5.3 and Figure 1: Ψ = 7.5B on 64 GPUs, K = 12
 
 
 def gpt_from_llama_2_7b():
-    """Llama-2-7B's L, h, a, V (Touvron et al. 2023, Table 1) with a GPT layer: eq. 1 holds."""
+    """Llama-2-7B's L, h, a, V (config.json; Touvron et al. 2023a, LLaMA, Table 2) with a GPT layer: eq. 1 holds."""
     return modified(preset("llama-2-7b"), mlp="gelu", ffn=4 * 4096, norm="layernorm", dropout=True)
 
 
@@ -42,7 +42,7 @@ def test_sixteen_bytes_per_parameter():
 
 @pytest.mark.parametrize(
     ("stage", "per_param"),
-    # ZeRO §5.1: (2 + 2 + K)Ψ, (2 + 2 + K/N_d)Ψ, (2 + (2 + K)/N_d)Ψ, (2 + 2 + K)Ψ/N_d
+    # ZeRO §5.1–5.3: (2 + 2 + K)Ψ, (2 + 2 + K/N_d)Ψ, (2 + (2 + K)/N_d)Ψ, (2 + 2 + K)Ψ/N_d
     [(0, Fraction(16)), (1, 4 + Fraction(12, N_D)), (2, 2 + Fraction(14, N_D)), (3, Fraction(16, N_D))],
 )
 def test_zero_stages_of_the_papers_example(stage, per_param):

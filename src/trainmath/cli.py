@@ -250,7 +250,7 @@ def render(est: Estimate) -> str:
             lines.append(f"fits in {where}: yes, {(capacity - total).format('GB', 2)} to spare")
         else:
             lines.append(f"fits in {where}: no, {(total - capacity).format('GB', 2)} over")
-    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1; activations,")
+    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3; activations,")
     lines.append("  Korthikanti et al. 2022 §4, tensor by tensor. GB = 10^9 bytes, GiB = 2^30 bytes")
     return "\n".join(lines)
 

@@ -404,7 +404,10 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
                  "Chowdhery et al. 2022, PaLM, §4.1 and Table 3 (238.3K tokens/s)"),
     PublishedRun("GPT 22B", "A100", 8, 0.415, 0.437,
                  "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
-    PublishedRun("GPT 175B", "A100", 64, 0.514, 0.528, "Korthikanti et al. 2022, Table 5"),
-    PublishedRun("GPT 530B", "A100", 280, 0.560, 0.570, "Korthikanti et al. 2022, Table 5"),
-    PublishedRun("GPT 1T", "A100", 512, 0.563, 0.570, "Korthikanti et al. 2022, Table 5"),
+    PublishedRun("GPT 175B", "A100", 64, 0.514, 0.528,
+                 "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
+    PublishedRun("GPT 530B", "A100", 280, 0.560, 0.570,
+                 "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
+    PublishedRun("GPT 1T", "A100", 512, 0.563, 0.570,
+                 "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
 )

@@ -247,7 +247,11 @@ def megatron_omissions(m: ModelShape) -> dict[str, int]:
     return left_out
 
 
-_LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and §2.2; config.json of meta-llama/{}"
+# Llama 2's paper (Touvron et al. 2023b) gives context length and GQA in its Table 1, not h, a
+# or L; those are in the released config.json files and, for the 7B and 65B/70B sizes, in the
+# LLaMA paper's Table 2 (Touvron et al. 2023a).
+_LLAMA2 = ("config.json of meta-llama/{} (h, a and L as in Touvron et al. 2023a, LLaMA, Table 2); "
+           "Touvron et al. 2023b, Llama 2, Table 1 (context length, GQA)")
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
 #: Published shapes by name (:func:`preset`), each with its source in ``source``.

@@ -13,7 +13,7 @@ plain keywords (a preset name, a GPU kind such as ``"h100-sxm"``, ``"80GB"``).
 ``estimate(run) -> Estimate``, for the fullest device (the pipeline stage that needs the most):
 
 - model states: ZeRO's 2Ψ + 2Ψ + KΨ per parameter divided over the dp·cp ranks (Rajbhandari
-  et al. 2020, §5.1; :mod:`trainmath.sharding`), of the parameters that tensor and pipeline
+  et al. 2020, §5.1–5.3; :mod:`trainmath.sharding`), of the parameters that tensor and pipeline
   parallelism leave on the device (:mod:`trainmath.parallelism`);
 - activations, with a shape and a sequence length: the tensors each layer saves for backward
   (Korthikanti et al. 2022, §4; :mod:`trainmath.activations`) in the compute precision, times
