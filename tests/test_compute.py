@@ -206,3 +206,11 @@ def test_utilization_bad_input():
                                          r"dense bf16 peak of one x, 1.0 TFLOP/s: above the peak"):
         mfu(1001, 10**9, 1, Peak("x", "bf16", 1e12, ""))
 
+
+
+def test_the_flops_coefficients_are_kaplan_s_and_palm_s():
+    """Kaplan et al. 2020 §2.1: 6N per token (2N forward, 4N backward); Chowdhery et al. 2022,
+    Appendix B: 12·L·H·Q·T for the attention scores."""
+    from trainmath.compute import ATTENTION_FLOPS_COEFFICIENT, PARAM_FLOPS_PER_TOKEN
+
+    assert (PARAM_FLOPS_PER_TOKEN, ATTENTION_FLOPS_COEFFICIENT) == (6, 12)

@@ -58,3 +58,17 @@ def test_drift_fails_make_test_with_file_line_stated_and_computed(tmp_path):
             "56 GB = 52.1541 GiB from `state.optimizer_states`" in run.stdout), run.stdout
     assert "unchecked number '300' in: 'A new sentence says 300 GPUs.'" in run.stdout
     assert "2 failed" in run.stdout
+
+
+#: What the pages mark as not a number: names only. A formula's coefficient is a claim tied to
+#: the constant or function that uses it (CONTRIBUTING.md), so a changed coefficient fails.
+NAMES_NOT_NUMBERS = {"GPT-3 175B", "2:4"}
+
+
+def test_only_names_are_marked_as_not_numbers():
+    for path in PAGES:
+        text = path.read_text(encoding="utf-8")
+        marked = re.findall(r"\{nonclaim\}`([^`]*)`", text) + re.findall(r"\\nonclaim\{([^}]*)\}", text)
+        unknown = set(marked) - NAMES_NOT_NUMBERS
+        assert not unknown, (f"{path.name}: {sorted(unknown)} marked as not numbers; tie a "
+                             "coefficient to the library with a claim, or add a true name here")

@@ -43,6 +43,14 @@ from .units import GB, Bytes, GiB, MiB, choice, positive_int
 #: Precisions a :class:`Peak` is taken in.
 PRECISIONS = ("bf16", "fp16", "fp8")
 
+#: FLOPs per parameter per trained token: 2 in the forward pass and 4 in the backward, the 6
+#: of 6N and 6ND (Kaplan et al. 2020, §2.1).
+PARAM_FLOPS_PER_TOKEN = 6
+#: FLOPs per token, per layer, per unit of attention width and of sequence length for QKᵀ and
+#: attention over V, forward and backward: the 12 of PaLM's 12·L·H·Q·T (Chowdhery et al. 2022,
+#: Appendix B).
+ATTENTION_FLOPS_COEFFICIENT = 12
+
 #: 10^12 (SI prefix tera): a TFLOP/s is ``TERA`` FLOP/s.
 TERA = 10**12
 #: 10^15 (SI prefix peta): a PFLOP/s is ``PETA`` FLOP/s.
@@ -208,7 +216,8 @@ def training_flops(params: int, tokens: int) -> int:
     >>> training_flops(174_600_000_000, 300_000_000_000)   # GPT-3: 3.14e23 (Brown et al. Table D.1)
     314280000000000000000000
     """
-    return 6 * positive_int("params (N)", params) * positive_int("tokens (D)", tokens)
+    n = positive_int("params (N)", params)
+    return PARAM_FLOPS_PER_TOKEN * n * positive_int("tokens (D)", tokens)
 
 
 def model_flops_per_token(params: int, layers: int, seq_len: int, attention_width: int) -> int:
@@ -220,7 +229,7 @@ def model_flops_per_token(params: int, layers: int, seq_len: int, attention_widt
     L = positive_int("layers (L)", layers)
     T = positive_int("seq_len (T)", seq_len)
     hq = positive_int("attention_width (H·Q)", attention_width)
-    return 6 * n + 12 * L * hq * T
+    return PARAM_FLOPS_PER_TOKEN * n + ATTENTION_FLOPS_COEFFICIENT * L * hq * T
 
 
 def matmul_params(model: ModelShape) -> int:
