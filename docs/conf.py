@@ -10,6 +10,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
+    "sphinxcontrib.bibtex",  # one bibliography: docs/references.bib, cited by key
     "mystclaims.sphinx",  # checked numbers: runs each page once, renders the arithmetic
 ]
 mystclaims_library = ["trainmath"]  # popups link to these functions' reference entries
@@ -33,6 +34,38 @@ mathjax3_config = {
     "tex": {"macros": {"claim": ["{#1}", 2], "nonclaim": ["{#1}", 1]}},
     "svg": {"fontCache": "global"},
 }
+
+# --- Bibliography: one BibTeX file, cited by key, rendered author-year ----------------------
+# Pages write {cite:t}`key` ("Rajbhandari et al. (2020)") or {cite:p}`key`, with the section,
+# table or equation as post-text ({cite:t}`key{§5.1}` -> "Rajbhandari et al. (2020, §5.1)");
+# docs/references.md lists every cited work once.
+import dataclasses
+
+import sphinxcontrib.bibtex.plugin
+from sphinxcontrib.bibtex.style.referencing import BracketStyle
+from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+
+def _round() -> dataclasses.Field:
+    return dataclasses.field(default_factory=lambda: BracketStyle(left="(", right=")"))
+
+
+@dataclasses.dataclass
+class _RoundAuthorYear(AuthorYearReferenceStyle):
+    """Author-year citations in round brackets: "Korthikanti et al. (2022, §4.1)"."""
+
+    bracket_parenthetical: BracketStyle = _round()
+    bracket_textual: BracketStyle = _round()
+    bracket_author: BracketStyle = _round()
+    bracket_label: BracketStyle = _round()
+    bracket_year: BracketStyle = _round()
+
+
+sphinxcontrib.bibtex.plugin.register_plugin(
+    "sphinxcontrib.bibtex.style.referencing", "author_year_round", _RoundAuthorYear)
+
+bibtex_bibfiles = ["references.bib"]
+bibtex_default_style = "plain"
+bibtex_reference_style = "author_year_round"
 
 # --- HTML -----------------------------------------------------------------------------
 html_theme = "furo"

@@ -24,10 +24,33 @@ def test_eq1(s, b, h, a):
     assert layer_activation_bytes(s, b, h, a).n == s * b * h * 34 + 5 * a * s * s * b
 
 
-def test_llama_2_7b_at_2048_tokens():
+def test_eq1_at_llama_2_7b_size_2048_tokens():
+    """Eq. 1 with Llama-2-7B's h, a and L: a GPT model of that size, not Llama-2-7B."""
     act = activation_bytes(preset("llama-2-7b"), s=2048, b=1)
     assert act.n == 32 * 2048 * 4096 * (34 + 5 * 32 * 2048 // 4096)
     assert act.format("GB", 1) == "30.6 GB"
+
+
+def test_llama_2_7b_as_trained_is_counted_tensor_by_tensor_not_by_eq1():
+    """Llama-2-7B (LLaMA Table 2 and config.json: h 4096, a 32, L 32, SwiGLU 11008, V 32000, RMSNorm,
+    no dropout) at its 4096-token context (Llama 2 Table 1) with attention that keeps no s×s
+    tensor (LLaMA §2.4): counted by hand from the operations, not from eq. 1."""
+    s, b, h, a, f, L, V = 4096, 1, 4096, 32, 11008, 32, 32000
+    sb = s * b
+    layer = (2 * 2 * sb * h      # two RMSNorm inputs
+             + 4 * 2 * sb        # their fp32 1/rms per token
+             + 2 * 2 * sb * h    # their outputs: the QKV input and the MLP input
+             + 3 * 2 * sb * h    # Q, K, V (32 KV heads: K and V are h wide)
+             + 4 * a * sb        # fp32 log-sum-exp per head and token
+             + 2 * sb * h        # attention output O, the output projection's input
+             + 4 * 2 * sb * f)   # SwiGLU: gate, up, SiLU(gate), their product
+    embedding = 8 * sb           # int64 token ids
+    output = 2 * sb * h + 4 * sb + 2 * sb * h + 4 * sb * V + 8 * sb + 4
+    got = stage_activations(preset("llama-2-7b"), s, b, attention="flash")
+    assert got.total.n == L * layer + embedding + output
+    assert got.total.format("GB", 1) == "20.7 GB"
+    # eq. 1 describes a GPT layer of this width, not this model: 3.25 GB a layer, not 0.6
+    assert layer_activation_bytes(s, b, h, a).n > 5 * layer
 
 
 @pytest.mark.parametrize("bad", [dict(s=0), dict(b=-1), dict(h=4096.5), dict(a="32")])
@@ -128,6 +151,25 @@ def test_llama_layer_swiglu_gqa_rmsnorm_no_dropout():
     assert got.korthikanti.n == expected
     assert got.statistics.n == 2 * 4 * sb  # one fp32 1/rms per token per RMSNorm
     assert not any("dropout" in t.name for t in got.tensors)
+
+
+def test_fused_swiglu_saves_three_ffn_wide_tensors_not_four():
+    """Megatron-LM's SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) saves only its
+    input, the gate-and-up projection output (2 × ffn), and recomputes SiLU in the backward;
+    the down projection saves the SwiGLU output (ffn). Eager PyTorch saves gate, up, SiLU(gate)
+    and their product: 4 × ffn."""
+    m = preset("llama-3-8b")
+    s, b, f = 8192, 1, 14336
+    eager = layer_activations(m, s, b).by_block()["MLP"]
+    fused = layer_activations(m, s, b, mlp_kernel="fused").by_block()["MLP"]
+    mlp_input = 2 * s * b * 4096
+    assert eager.n == mlp_input + 4 * 2 * s * b * f
+    assert fused.n == mlp_input + 3 * 2 * s * b * f
+    # a GeLU MLP saves two ffn-wide tensors with either kernel
+    gpt = _gpt(1024, 16)
+    assert layer_activations(gpt, 2048, 1, mlp_kernel="fused") == layer_activations(gpt, 2048, 1)
+    with pytest.raises(ValueError, match="unknown mlp_kernel 'triton'; accepted: eager, fused"):
+        layer_activations(m, s, b, mlp_kernel="triton")
 
 
 def test_flash_attention_drops_the_s2_term_and_keeps_the_lse():

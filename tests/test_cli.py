@@ -72,6 +72,23 @@ def test_preset_with_activations_and_fit(capsys):
     assert d["inputs"]["gpu_memory"] == 80 * GB
 
 
+def test_a_gpu_kind_is_checked_against_what_nvidia_smi_reports(capsys):
+    """H100 SXM: nvidia-smi reports 81,559 MiB, 85.52 × 10^9 bytes; 112 GB is 26.48 GB over."""
+    status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-sxm")
+    assert status == 0
+    assert ("fits in one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it): no, "
+            "26.48 GB over") in out
+    d = estimate_json(capsys, "--params", "7B", "--gpu", "h100-sxm")
+    assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 81_559 * 2**20)
+
+
+def test_the_sources_line_cites_zero_per_stage_sections(capsys):
+    """ZeRO's per-stage formulas are §5.1 (P_os), §5.2 (P_g) and §5.3 (P_p), not §5.1 alone."""
+    status, out, _ = run(capsys, "estimate", "--params", "7B", "--zero", "3", "--dp", "8")
+    assert status == 0
+    assert "Rajbhandari et al. 2020 (ZeRO) §5.1–5.3;" in out
+
+
 def test_readable_table(capsys):
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu-memory", "80GB")
     assert status == 0
@@ -115,10 +132,14 @@ def test_parse_count(text):
         ([], "no model given; accepted: --model PRESET, --params N, or a shape"),
         (["--params", "7e9", "--gpu-memory", "80"], "cannot read '80' as an amount of memory"),
         (["--params", "7e9", "--gpu-memory", "80 GiGs"], "unknown byte unit 'GiGs'"),
+        (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
+        (["--params", "7e9", "--gpu", "h100-sxm", "--gpu-memory", "80GB"],
+         "--gpu h100-sxm and --gpu-memory 80 GB cannot be combined"),
         (["--params", "7e9", "--recompute", "some"], "argument --recompute: unknown recompute 'some'; accepted: none, selective, full"),
         (["--params", "7e9", "--bogus"], "unrecognized arguments: --bogus"),
         (["--model", "llama-2-7b", "--mlp", "relu"], "argument --mlp: unknown mlp 'relu'; accepted: gelu, swiglu"),
         (["--model", "llama-2-7b", "--attention", "sdpa"], "unknown attention 'sdpa'; accepted: eager, flash"),
+        (["--model", "llama-2-7b", "--mlp-kernel", "triton"], "unknown mlp kernel 'triton'; accepted: eager, fused"),
         (["--params", "7e9", "--dp"], "argument --dp: expected one argument"),
     ],
 )

@@ -113,10 +113,34 @@ def test_gpu_table_dense_peaks():
     assert (h100.dense_16bit, h100.dense_fp8) == (989.4e12, 1978.9e12)
     # the datasheet's sparse figures are twice the dense ones: 1,979 and 3,958 TFLOPS
     assert round(2 * h100.dense_16bit / 1e12) == 1979 and round(2 * h100.dense_fp8 / 1e12) == 3958
-    assert gpu("h200").dense_16bit == h100.dense_16bit and gpu("h200").memory.n == 141 * GB
+    assert gpu("h200").dense_16bit == h100.dense_16bit
     assert (gpu("b200").dense_16bit, gpu("b200").dense_fp8) == (2.25e15, 4.5e15)
-    assert gpu("b200").memory.n == 180 * GB
     assert all(g.source.startswith("NVIDIA") for g in GPUS.values())
+
+
+def test_gpu_memory_as_sold_as_built_and_as_nvidia_smi_reports_it():
+    """Datasheet labels: A100 80GB HBM2e, H100 SXM 80GB HBM3, H200 141GB HBM3e, HGX B200 180GB
+    HBM3E (192GB raw at Blackwell's launch). nvidia-smi's memory.total, as public outputs print
+    it: 81920MiB, 81559MiB, 143771MiB and 183359MiB."""
+    MiB, GiB = 2**20, 2**30
+    labels = {k: (g.memory.label, g.memory.marketed.n) for k, g in GPUS.items()}
+    assert labels == {"a100-sxm": ("80GB HBM2e", 80 * GB), "h100-sxm": ("80GB HBM3", 80 * GB),
+                      "h200": ("141GB HBM3e", 141 * GB), "b200": ("180GB HBM3E", 180 * GB)}
+    reported = {k: g.memory.reported.n for k, g in GPUS.items()}
+    assert reported == {"a100-sxm": 81920 * MiB, "h100-sxm": 81559 * MiB, "h200": 143771 * MiB,
+                        "b200": 183359 * MiB}
+    assert all(g.memory.usable == g.memory.reported for g in GPUS.values())
+    # "80GB" is binary: the A100 reports exactly 80 GiB, about 85.9e9 bytes, not 80e9
+    a100 = gpu("a100-sxm").memory
+    assert a100.hbm.n == a100.usable.n == 80 * GiB
+    assert round(gpu("h100-sxm").memory.usable.n / 1e9, 1) == 85.5  # "about 85.5 × 10^9 bytes"
+    assert gpu("h100-sxm").memory.hbm.n == 5 * 16 * GiB  # five 16 GiB HBM3 stacks
+    # B200: 192 GB raw vs 180 GB enabled is one part, raw and enabled HBM
+    b200 = gpu("b200").memory
+    assert (b200.hbm.n, b200.marketed.n) == (192 * GiB, 180 * GB)
+    assert b200.marketed < b200.usable < b200.hbm
+    # every card reports more than its label read in decimal GB
+    assert all(g.memory.usable > g.memory.marketed for g in GPUS.values())
 
 
 def test_peak_names_its_denominator():
@@ -182,3 +206,11 @@ def test_utilization_bad_input():
                                          r"dense bf16 peak of one x, 1.0 TFLOP/s: above the peak"):
         mfu(1001, 10**9, 1, Peak("x", "bf16", 1e12, ""))
 
+
+
+def test_the_flops_coefficients_are_kaplan_s_and_palm_s():
+    """Kaplan et al. 2020 §2.1: 6N per token (2N forward, 4N backward); Chowdhery et al. 2022,
+    Appendix B: 12·L·H·Q·T for the attention scores."""
+    from trainmath.compute import ATTENTION_FLOPS_COEFFICIENT, PARAM_FLOPS_PER_TOKEN
+
+    assert (PARAM_FLOPS_PER_TOKEN, ATTENTION_FLOPS_COEFFICIENT) == (6, 12)

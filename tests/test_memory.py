@@ -63,3 +63,16 @@ def test_unknown_names(kwargs, message):
 def test_bad_param_counts(params):
     with pytest.raises(ValueError, match=r"params must be a positive whole number, got"):
         training_state(params)
+
+
+def test_8bit_adam_block_sizes_of_the_paper_and_of_bitsandbytes():
+    """Dettmers et al. 2022 §2.1 quantise in blocks of 2048; bitsandbytes has used blocks of 256
+    since v0.44.0 (Optimizer2State.init_state: one float32 absmax1 and absmax2 per block)."""
+    from fractions import Fraction
+
+    from trainmath.memory import ADAM_8BIT_BLOCK, BITSANDBYTES_8BIT_BLOCK, blockwise_overhead
+
+    assert (ADAM_8BIT_BLOCK, BITSANDBYTES_8BIT_BLOCK) == (2048, 256)
+    assert blockwise_overhead(256) == Fraction(2 * 4, 256)
+    paper = bytes_per_param("bf16-mixed", "adam-8bit")
+    assert paper.optimizer_states == 2 + Fraction(2 * 4, 2048)

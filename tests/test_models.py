@@ -57,7 +57,7 @@ def test_a_shape_is_checked_however_it_is_made():
 
 
 def test_modified_preset():
-    """Llama-2-7B (Touvron et al. 2023, Table 1) with a GPT MLP: 4h wide, two matrices."""
+    """Llama-2-7B (config.json; LLaMA 7B's h, a, L in Touvron et al. 2023a, Table 2) with a GPT MLP: 4h wide, two matrices."""
     base = preset("llama-2-7b")
     m = modified(base, mlp="gelu", ffn=4 * 4096)
     assert m.name == "llama-2-7b (modified)" and m.source == ""
@@ -152,3 +152,17 @@ def test_megatron_formula_refuses_llama_shapes():
     with pytest.raises(ValueError, match="'gpt' has no learned positions"):
         megatron_param_count(replace(gpt_shape("gpt", layers=2, hidden=8, heads=2, vocab=11, positions=5),
                                      positions=0))
+
+
+def test_the_coefficients_the_pages_state_are_the_papers():
+    """Narayanan et al. 2021 §5.1: 12lh² weights and 13lh biases and LayerNorm parameters per
+    GPT layer; a GPT MLP is 4h wide (Vaswani et al. 2017, §3.3: d_ff = 4 d_model)."""
+    from trainmath.models import GPT_FFN_MULTIPLIER, MEGATRON_VECTORS_PER_H, MEGATRON_WEIGHTS_PER_H2
+
+    assert (MEGATRON_WEIGHTS_PER_H2, MEGATRON_VECTORS_PER_H, GPT_FFN_MULTIPLIER) == (12, 13, 4)
+    m = gpt_shape("gpt", layers=1, hidden=64, heads=4, vocab=10, positions=8)
+    parts = param_breakdown(m)
+    h = 64
+    weights = parts.per_layer - parts.per_layer_norms - (4 * h + 5 * h)  # minus the biases
+    assert weights == MEGATRON_WEIGHTS_PER_H2 * h * h
+    assert parts.per_layer - weights == MEGATRON_VECTORS_PER_H * h

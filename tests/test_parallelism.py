@@ -169,6 +169,26 @@ def test_device_memory_zero1_over_dp_times_cp():
     assert first.activations == Bytes(0)
 
 
+def test_megatron_fp32_gradients_with_the_distributed_optimizer():
+    """Megatron Core's distributed-optimizer guide: bf16 parameters with fp32 gradients take 18
+    bytes per parameter, 6 + 12/d with the distributed optimizer over d data-parallel ranks."""
+    lay = layout(dp=16, tp=8, pp=4)
+    psi = 2_270_756_864  # first stage, from test_llama_3_70b_stages_by_hand
+    plain = device_memory(LLAMA3_70B, lay, zero_stage=0, grad_bytes=4)[0]
+    assert plain.model_states == Bytes(18 * psi)
+    dist = device_memory(LLAMA3_70B, lay, zero_stage=1, grad_bytes=4)[0]
+    assert dist.model_states == Bytes(6 * psi + Fraction(12 * psi, 16))
+    assert dist.gradients == Bytes(4 * psi)
+    # the gradients are reduce-scattered in fp32 and the bf16 weights all-gathered:
+    # (4 + 2)Ψ(d-1)/d against ZeRO's (2 + 2)Ψ(d-1)/d
+    kw = dict(seq_len=8192, micro_batch=1, global_batch=512, zero_stage=1)
+    fp32 = plan(LLAMA3_70B, lay, grad_bytes=4, **kw).communication.data_parallel
+    bf16 = plan(LLAMA3_70B, lay, **kw).communication.data_parallel
+    assert fp32 / bf16 == Fraction(6, 4)
+    with pytest.raises(ValueError, match="grad_bytes must be a positive whole number, got 0"):
+        device_memory(LLAMA3_70B, lay, grad_bytes=0)
+
+
 def test_device_memory_zero3_and_activations_per_stage():
     lay = layout(dp=4, pp=2)
     m = gpt(h=64, layers=4, heads=4, vocab=1000, positions=0, tied=False)
@@ -224,6 +244,27 @@ def test_communication_tensor_parallel_megatron():
     # sequence parallel: + one all-gather per column-parallel block in backward; embedding RS
     sp = communication(model, layout(dp=1, tp=tp, sequence_parallel=True), seq_len=s, micro_batch=b, global_batch=8)
     assert sp.tensor_parallel == Bytes((5 * L + Fraction(3, 2)) * Fraction(2 * (tp - 1), tp) * buffer * m)
+
+
+def test_sequence_parallel_traffic_the_paper_and_megatron_lm():
+    """Korthikanti et al. 2022 §4.2.2: with sequence parallelism each all-reduce becomes a
+    reduce-scatter and an all-gather, the same volume as tensor parallelism: 4 all-reduce
+    equivalents per layer. Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
+    all-gathers each column-parallel input again in the backward: 2 more all-gathers, 5."""
+    count = dict(first=False, last=False, sequence_parallel=True, recompute="none")
+    from trainmath.parallelism import tensor_parallel_collectives
+    assert tensor_parallel_collectives(1, **count, regather=False) == 4
+    assert tensor_parallel_collectives(1, **count) == 5
+    h, L, s, b, tp = 1024, 4, 2048, 2, 4
+    model = gpt(h=h, layers=L, heads=16, vocab=32000, tied=False)
+    kw = dict(seq_len=s, micro_batch=b, global_batch=8)
+    lay = layout(dp=1, tp=tp, sequence_parallel=True)
+    paper = communication(model, lay, regather=False, **kw).tensor_parallel
+    tp_only = communication(model, layout(dp=1, tp=tp), **kw).tensor_parallel
+    # the paper's count: the layers cost what tensor parallelism alone costs; only the
+    # embedding's all-reduce becomes a reduce-scatter (half)
+    buffer = b * s * h * 2 * Fraction(2 * (tp - 1), tp) * (8 // b)
+    assert tp_only - paper == Bytes(Fraction(1, 2) * buffer)
 
 
 def test_communication_pipeline_and_context():

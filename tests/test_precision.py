@@ -1,3 +1,4 @@
+import math
 from fractions import Fraction
 
 import ml_dtypes
@@ -232,6 +233,35 @@ def test_scaler_rejects_bad_input():
 
 
 # -- activations at another precision ---------------------------------------------------
+
+def test_autocast_keeps_the_softmax_and_the_residual_stream_in_fp32():
+    """PyTorch's Autocast Op Reference puts softmax and layer_norm on the CUDA float32 list, and
+    autocast leaves an fp32 model's residual stream in fp32. Korthikanti et al. 2022 §4.1's
+    tensors then change: softmax output 2 -> 4 bytes per as²b, the two LayerNorm inputs 2 -> 4
+    bytes per sbh each; every matmul input is the 16-bit copy autocast made. 34 + 4 = 38 and
+    5 + 2 = 7."""
+    assert activation_coefficients(2, autocast=True) == (38, 7)
+    assert activation_coefficients(2) == (34, 5)  # Megatron-style: everything in 16 bits
+    assert activation_coefficients(4, autocast=True) == activation_coefficients(4) == (66, 9)
+    assert [t.name for t in KORTHIKANTI_LAYER if t.autocast_fp32] == [
+        "softmax output", "input to the first LayerNorm", "input to the second LayerNorm"]
+
+
+def test_fp8_overflow_saturating_and_not():
+    """OCP 8-bit floating point specification: E4M3 has no infinity, so a non-saturating
+    conversion of an overflow gives NaN (ml_dtypes, PyTorch's plain cast); the saturating
+    conversion gives the largest finite value, ±448 (E4M3) and ±57,344 (E5M2)."""
+    assert math.isnan(round_to(500.0, "fp8-e4m3"))
+    assert round_to(500.0, "fp8-e4m3", saturate=True) == 448.0
+    assert round_to(-1e30, "fp8-e4m3", saturate=True) == -448.0
+    assert round_to(float("inf"), "fp8-e4m3", saturate=True) == 448.0
+    assert round_to(1e6, "fp8-e5m2") == float("inf")
+    assert round_to(1e6, "fp8-e5m2", saturate=True) == 57344.0
+    assert math.isnan(round_to(float("nan"), "fp8-e4m3", saturate=True))
+    # below the largest value saturation changes nothing
+    assert round_to(300.0, "fp8-e4m3", saturate=True) == round_to(300.0, "fp8-e4m3") == 288.0
+    assert round_to(70_000.0, "fp16", saturate=True) == 65504.0
+
 
 def test_activation_coefficients():
     """16-bit values reproduce Korthikanti eq. 1; fp32 doubles all but the 1-byte masks."""

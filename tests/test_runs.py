@@ -1,6 +1,6 @@
 """trainmath.runs: one run, checked once, estimated per device.
 
-Expected values come from the papers (ZeRO §3.1 and §5.1, Korthikanti et al. 2022 §4,
+Expected values come from the papers (ZeRO §3.1 and §5.1–5.3, Korthikanti et al. 2022 §4,
 Narayanan et al. 2021 §2.2) and published configs, worked out here, not read back from the code.
 """
 
@@ -21,11 +21,11 @@ from trainmath.models import modified, preset
 from trainmath.parallelism import Layout
 from trainmath.units import GB, Bytes, parse_bytes
 
-PSI, N_D = 7_500_000_000, 64  # ZeRO §5.1 and Figure 1: Ψ = 7.5B on 64 GPUs, K = 12
+PSI, N_D = 7_500_000_000, 64  # ZeRO §5.1–5.3 and Figure 1: Ψ = 7.5B on 64 GPUs, K = 12
 
 
 def gpt_from_llama_2_7b():
-    """Llama-2-7B's L, h, a, V (Touvron et al. 2023, Table 1) with a GPT layer: eq. 1 holds."""
+    """Llama-2-7B's L, h, a, V (config.json; Touvron et al. 2023a, LLaMA, Table 2) with a GPT layer: eq. 1 holds."""
     return modified(preset("llama-2-7b"), mlp="gelu", ffn=4 * 4096, norm="layernorm", dropout=True)
 
 
@@ -42,7 +42,7 @@ def test_sixteen_bytes_per_parameter():
 
 @pytest.mark.parametrize(
     ("stage", "per_param"),
-    # ZeRO §5.1: (2 + 2 + K)Ψ, (2 + 2 + K/N_d)Ψ, (2 + (2 + K)/N_d)Ψ, (2 + 2 + K)Ψ/N_d
+    # ZeRO §5.1–5.3: (2 + 2 + K)Ψ, (2 + 2 + K/N_d)Ψ, (2 + (2 + K)/N_d)Ψ, (2 + 2 + K)Ψ/N_d
     [(0, Fraction(16)), (1, 4 + Fraction(12, N_D)), (2, 2 + Fraction(14, N_D)), (3, Fraction(16, N_D))],
 )
 def test_zero_stages_of_the_papers_example(stage, per_param):
@@ -139,6 +139,27 @@ def test_fits_against_the_gpu():
     assert estimate(run(7_000_000_000)).fits is None
 
 
+def test_a_gpu_kind_fits_against_what_nvidia_smi_reports():
+    """An H100 "80GB" reports 81,559 MiB (nvidia-smi): 112 GB of state still does not fit one,
+    and a run of 84 GB, over the label read as 80 × 10^9 bytes, does."""
+    h100 = Gpu(kind="h100-sxm")
+    assert h100.memory.n == 81_559 * 2**20 and h100.name == "H100 SXM"
+    assert estimate(run(7_000_000_000, gpu="h100-sxm")).fits is False
+    assert estimate(run(5_250_000_000, gpu="h100-sxm")).fits is True  # 84 GB
+    assert estimate(run(5_250_000_000, gpu_memory="80GB")).fits is False
+    d = estimate(run(7_000_000_000, gpu="h200")).to_dict()["inputs"]
+    assert (d["gpu"], d["gpu_memory"]) == ("h200", 143_771 * 2**20)
+
+
+def test_the_mlp_kernel_reaches_the_estimate():
+    """A fused SwiGLU saves one ffn-wide tensor fewer per layer (Megatron-LM's SwiGLUFunction):
+    2·s·ffn bytes × 32 layers less for Llama-3-8B on one GPU."""
+    eager = estimate(run("llama-3-8b", seq_len=4096, attention="flash"))
+    fused = estimate(run("llama-3-8b", seq_len=4096, attention="flash", mlp_kernel="fused"))
+    assert eager.activations - fused.activations == Bytes(2 * 4096 * 14336 * 32)
+    assert fused.to_dict()["inputs"]["mlp_kernel"] == "fused"
+
+
 def test_run_from_parts_equals_run_from_keywords():
     parts = Run(preset("llama-2-7b"), Training(zero_stage=1, attention="flash"), Layout(dp=8),
                 Batch(seq_len=4096), Gpu(parse_bytes("80GB")))
@@ -195,11 +216,16 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: run(7e9, zero_stage=4), "unknown ZeRO stage 4; accepted: 0, 1, 2, 3"),
         (lambda: run(7e9, recompute="some"), "unknown recompute 'some'; accepted: none, selective, full"),
         (lambda: run(7e9, attention="sdpa"), "unknown attention 'sdpa'; accepted: eager, flash"),
+        (lambda: run(7e9, mlp_kernel="triton"), "unknown mlp_kernel 'triton'; accepted: eager, fused"),
         (lambda: run(7e9, dp=0), r"dp \(data-parallel size\) must be a positive whole number, got 0"),
         (lambda: run(7e9, seq_len=-1), r"seq_len \(s\) must be a positive whole number, got -1"),
         (lambda: run(7e9, micro_batch=1.5), r"micro_batch \(b\) must be a positive whole number, got 1.5"),
         (lambda: run(7e9, gpu_memory="80"), "cannot read '80' as an amount of memory"),
         (lambda: Gpu(80), r"gpu memory must be a positive Bytes, e.g. parse_bytes\('80GB'\), got 80"),
+        (lambda: Gpu(), "a Gpu needs a kind .accepted: a100-sxm, h100-sxm, h200, b200. or a memory"),
+        (lambda: run(7e9, gpu="v100"), "unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
+        (lambda: run(7e9, gpu="h100-sxm", gpu_memory="80GB"),
+         "give gpu .a kind, 'h100-sxm'. or gpu_memory .an amount, '80GB'., not both"),
         (lambda: Run(7_000_000_000, training="adamw"), "training must be a Training, got 'adamw'"),
         (lambda: run("llama-3-70b", tp=3),
          r"invalid layout \(dp 1 × tp 3 × pp 1 × cp 1 = 3 GPUs\) for llama-3-70b: heads 64 is not "

@@ -146,7 +146,9 @@ def test_gathered_units_and_prefetch():
 def test_offload_moves_and_keeps():
     opt = fsdp_memory(7e9, 8, "SHARD_GRAD_OP", offload="optimizer")  # ZeRO-Offload
     assert opt.device.total == opt.device.weights == Bytes(14 * GB)
-    assert opt.host == Bytes((2 + 12) * 7 * GB // 8)
+    # DeepSpeed (stage_1_and_2.py, initialize_optimizer_states) keeps the CPU gradient partition
+    # in the fp32 master weights' dtype: 4 + 4 + 8 bytes per parameter of the 1/8 shard
+    assert opt.host == Bytes((4 + 12) * 7 * GB // 8)
     everything = fsdp_memory(7e9, 8, "FULL_SHARD", unit_params=1000, offload="parameters")
     assert everything.device.total == Bytes(0)
     assert everything.host == Bytes(14 * GB)
@@ -195,6 +197,31 @@ def test_traffic_zero_section_7():
     assert step_traffic(psi, n, "NO_SHARD") == dp
     assert step_traffic(psi, n, 0, grad_dtype="fp32").total == dp.total * 2
     assert step_traffic(psi, 1, 3).total == Bytes(0)  # nobody to talk to
+
+
+def test_step_traffic_counts_micro_batches_as_zero_traffic_does():
+    """ZeRO §7.2 counts one micro-batch: 2Ψ / 2Ψ / 3Ψ. With m micro-batches a sharded gradient
+    is reduce-scattered after every backward (DeepSpeed stage 2 reduces in each backward; FSDP
+    without no_sync likewise) and ZeRO-3 gathers for every forward and backward: ZeRO-2 sends
+    (m + 1)Ψ(N-1)/N, ZeRO-3 3mΨ(N-1)/N; whole gradients (DP, ZeRO-1) are reduced once."""
+    psi, n, m = 7_500_000_000, 64, 8
+    f = Fraction(n - 1, n)
+    assert step_traffic(psi, n, 0, microbatches=m).total == Bytes(2 * psi * 2 * f)
+    assert step_traffic(psi, n, 1, microbatches=m).total == Bytes(2 * psi * 2 * f)
+    assert step_traffic(psi, n, 2, microbatches=m).total == Bytes((m + 1) * psi * 2 * f)
+    assert step_traffic(psi, n, 3, microbatches=m).total == Bytes(3 * m * psi * 2 * f)
+    for stage in range(4):
+        assert step_traffic(psi, n, stage, microbatches=m) == zero_traffic(psi, n, stage, microbatches=m)
+    assert step_traffic(psi, n, "FULL_SHARD", microbatches=m) == step_traffic(psi, n, 3, microbatches=m)
+    # SHARD_GRAD_OP reshards after every backward: it gathers again for every forward
+    assert step_traffic(psi, n, "SHARD_GRAD_OP", microbatches=m).total == Bytes(2 * m * psi * 2 * f)
+    assert step_traffic(psi, n, "SHARD_GRAD_OP") == step_traffic(psi, n, 2)  # m = 1: ZeRO-2
+    # HYBRID_SHARD: ZeRO-3 inside the group and the Ψ/S all-reduce across, every micro-batch
+    h1 = step_traffic(psi, n, "HYBRID_SHARD", shard_group=8)
+    h8 = step_traffic(psi, n, "HYBRID_SHARD", shard_group=8, microbatches=m)
+    assert h8.total == h1.total * m and h8.across_groups == h1.across_groups * m
+    with pytest.raises(ValueError, match=r"microbatches \(m\) must be a positive whole number, got 0"):
+        step_traffic(psi, n, 2, microbatches=0)
 
 
 def test_zero_traffic_section_7_2_with_micro_batches():

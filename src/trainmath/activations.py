@@ -37,12 +37,19 @@ from .units import Bytes, choice, positive_int
 
 @dataclass(frozen=True)
 class SavedTensor:
-    """One tensor saved for backward: ``sbh`` bytes per s·b·h, ``as2b`` bytes per a·s²·b."""
+    """One tensor saved for backward: ``sbh`` bytes per s·b·h, ``as2b`` bytes per a·s²·b.
+
+    ``autocast_fp32`` marks a tensor that PyTorch's autocast keeps in fp32 where a Megatron-style
+    half-precision model keeps it in 16 bits: the output of an op on autocast's CUDA float32
+    list (softmax), or the residual stream of a model whose parameters stay fp32 under autocast
+    (what the LayerNorms take in). See :func:`trainmath.precision.activation_coefficients`.
+    """
 
     block: str
     name: str
     sbh: int = 0
     as2b: int = 0
+    autocast_fp32: bool = False
 
 
 #: The tensors of one layer, Korthikanti et al. 2022, §4.1 (16-bit values, 1-byte masks).
@@ -51,7 +58,7 @@ class SavedTensor:
 KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
     SavedTensor("attention", "input to the Q, K, V projections", sbh=2),
     SavedTensor("attention", "Q and K, inputs to QKᵀ", sbh=4),
-    SavedTensor("attention", "softmax output", as2b=2),
+    SavedTensor("attention", "softmax output", as2b=2, autocast_fp32=True),
     SavedTensor("attention", "softmax dropout mask", as2b=1),
     SavedTensor("attention", "dropout output, input to attention over V", as2b=2),
     SavedTensor("attention", "V, input to attention over V", sbh=2),
@@ -61,8 +68,8 @@ KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
     SavedTensor("MLP", "input to GeLU (width 4h)", sbh=8),
     SavedTensor("MLP", "input to the second linear layer (width 4h)", sbh=8),
     SavedTensor("MLP", "MLP dropout mask", sbh=1),
-    SavedTensor("LayerNorm", "input to the first LayerNorm", sbh=2),
-    SavedTensor("LayerNorm", "input to the second LayerNorm", sbh=2),
+    SavedTensor("LayerNorm", "input to the first LayerNorm", sbh=2, autocast_fp32=True),
+    SavedTensor("LayerNorm", "input to the second LayerNorm", sbh=2, autocast_fp32=True),
 )
 
 #: The 34 of eq. 1: bytes per s·b·h summed over the tensors above.
@@ -120,6 +127,13 @@ ATTENTION_KINDS = ("eager", "flash")
 #: reruns the whole layer forward. :mod:`trainmath.compute` and :mod:`trainmath.parallelism`
 #: use these names for the FLOPs and traffic recomputation adds.
 RECOMPUTE_KINDS = ("none", "selective", "full")
+#: How the MLP's activation runs: "eager" is separate PyTorch ops (SwiGLU saves the gate and
+#: up outputs, the SiLU output and their product, four tensors ffn wide); "fused" is one kernel
+#: that saves its input and recomputes in the backward (Megatron-LM's ``SwiGLUFunction`` in
+#: ``megatron/core/fusions/fused_bias_swiglu.py``, Transformer Engine's ``LayerNormMLP``):
+#: SwiGLU then saves the gate-and-up output and the down projection's input, three ffn wide.
+#: A GeLU MLP saves two either way.
+MLP_KERNELS = ("eager", "fused")
 #: Bytes of one dropout-mask entry (a bool mask, as PyTorch keeps it).
 MASK_BYTES = 1
 #: Bytes of one norm statistic (fp32, as the CUDA LayerNorm and RMSNorm kernels keep them).
@@ -196,6 +210,7 @@ def layer_activations(
     value_bytes: int = 2,
     mask_bytes: int = MASK_BYTES,
     stat_bytes: int = STAT_BYTES,
+    mlp_kernel: str = "eager",
 ) -> LayerActivations:
     """The tensors one layer of ``model`` saves for backward, on one device.
 
@@ -215,8 +230,11 @@ def layer_activations(
       O and one fp32 log-sum-exp per head and token; no s×s tensor. With dropout the kernel keeps only its RNG seed and offset,
       which are not counted. The output projection's input is O (or, eager, the re-laid-out
       context), counted once.
-    - **MLP**: GeLU saves its input and the second projection's input (2 × ffn wide); SwiGLU
-      saves the gate and up outputs, the SiLU output and their product (4 × ffn wide).
+    - **MLP**: GeLU saves its input and the second projection's input (2 × ffn wide). SwiGLU
+      in eager PyTorch (``mlp_kernel="eager"``, what validate/test_saved_tensors.py measures)
+      saves the gate and up outputs, the SiLU output and their product (4 × ffn wide); a fused
+      SwiGLU (``mlp_kernel="fused"``, Megatron-LM, Transformer Engine) saves the gate-and-up
+      output and the down projection's input (3 × ffn wide), see :data:`MLP_KERNELS`.
     - dropout after attention and after the MLP saves a mask of ``mask_bytes`` per value.
 
     Parallelism (Korthikanti et al. 2022 §4.2, Table 2, where the tensor-parallel size is
@@ -239,6 +257,7 @@ def layer_activations(
     stat_bytes = positive_int("stat_bytes", stat_bytes)
     recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
     attention = choice("attention", attention, ATTENTION_KINDS)
+    mlp_kernel = choice("mlp_kernel", mlp_kernel, MLP_KERNELS)
     _divides("heads", model.heads, tp, "tp (tensor-parallel size)")
     _divides("kv_heads", model.kv_heads, tp, "tp (tensor-parallel size)")
     _divides("ffn", model.ffn, tp, "tp (tensor-parallel size)")
@@ -248,12 +267,12 @@ def layer_activations(
         _divides("s (sequence length)", s, cp, "cp (context-parallel size)")
     check_context_parallel(cp, attention)
     return _layer(model, s, b, tp, bool(sequence_parallel), cp, recompute, attention,
-                  value_bytes, mask_bytes, stat_bytes)
+                  value_bytes, mask_bytes, stat_bytes, mlp_kernel)
 
 
 def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
            recompute: str, attention: str, value_bytes: int, mask_bytes: int,
-           stat_bytes: int) -> LayerActivations:
+           stat_bytes: int, mlp_kernel: str = "eager") -> LayerActivations:
     """:func:`layer_activations` on inputs already checked (by it, or by ``estimate.Run``)."""
     h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
     tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
@@ -305,6 +324,11 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
     if model.mlp == "gelu":
         out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * split))
         out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * split))
+    elif mlp_kernel == "fused":  # one kernel saves its input, recomputes SiLU in the backward
+        out.append(saved("MLP", "gate and up outputs, input to the fused SwiGLU (2 × ffn wide)",
+                         v * tokens * 2 * f * split))
+        out.append(saved("MLP", "SwiGLU output, input to the down projection (ffn wide)",
+                         v * tokens * f * split))
     else:
         out.append(saved("MLP", "gate projection output, input to SiLU (ffn wide)", v * tokens * f * split))
         out.append(saved("MLP", "up projection output (ffn wide)", v * tokens * f * split))
@@ -455,7 +479,7 @@ def stage_activations(
     model: ModelShape, s: int, b: int, *, tp: int = 1, sequence_parallel: bool = False,
     cp: int = 1, pp: int = 1, v: int = 1, microbatches: int | None = None,
     stage: int = 0, recompute: str = "none", attention: str = "eager", value_bytes: int = 2,
-    mask_bytes: int = MASK_BYTES, stat_bytes: int = STAT_BYTES,
+    mask_bytes: int = MASK_BYTES, stat_bytes: int = STAT_BYTES, mlp_kernel: str = "eager",
 ) -> StageActivations:
     """Activations on one device of pipeline stage ``stage`` (0, the first, holds the most).
 
@@ -475,7 +499,8 @@ def stage_activations(
     held = in_flight(pp, v=v, microbatches=microbatches, stage=stage)
     common = dict(tp=tp, sequence_parallel=sequence_parallel, cp=cp)
     per_layer = layer_activations(model, s, b, **common, recompute=recompute, attention=attention,
-                                  value_bytes=value_bytes, mask_bytes=mask_bytes, stat_bytes=stat_bytes)
+                                  value_bytes=value_bytes, mask_bytes=mask_bytes, stat_bytes=stat_bytes,
+                                  mlp_kernel=mlp_kernel)
     embedding = input_activations(model, s, b, **common, mask_bytes=mask_bytes) if stage == 0 else None
     output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes)
               if stage == pp - 1 else None)

@@ -16,7 +16,7 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
-from . import activations, memory, models, sharding
+from . import activations, compute, memory, models, sharding
 from .runs import Batch, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
 from .parallelism import Layout
 from .units import Bytes, parse_bytes
@@ -141,8 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--attention", default="eager",
                        type=_one_of("attention", activations.ATTENTION_KINDS),
                        help="eager (stores the s×s scores) or flash")
+    train.add_argument("--mlp-kernel", default="eager",
+                       type=_one_of("mlp kernel", activations.MLP_KERNELS),
+                       help="eager (SwiGLU saves four ffn-wide tensors) or fused (three)")
+    train.add_argument("--gpu", type=_one_of("GPU", list(compute.GPUS)), metavar="KIND",
+                       help="one of: " + ", ".join(compute.GPUS) + ": say whether it fits in "
+                       "the memory nvidia-smi reports for it")
     train.add_argument("--gpu-memory", type=_memory, metavar="SIZE",
-                       help="memory of one device, e.g. 80GB or 141GiB: say whether it fits")
+                       help="memory of one device, e.g. 80GB or 141GiB: say whether it fits "
+                       "(an \"80GB\" card holds more than 80GB: see --gpu)")
     est.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser
 
@@ -173,6 +180,9 @@ def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.Run` the parsed flags describe; the library checks it."""
     model = _model(args)
     lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel)
+    if args.gpu is not None and args.gpu_memory is not None:
+        raise UsageError(f"--gpu {args.gpu} and --gpu-memory {args.gpu_memory} cannot be combined: "
+                         "give a GPU kind or an amount of memory, not both")
     if args.gpus is not None and args.gpus != lay.gpus:
         raise UsageError(f"--gpus {args.gpus} does not match dp × tp × pp × cp = {args.dp} × "
                          f"{args.tp} × {args.pp} × {args.cp} = {lay.gpus}")
@@ -180,10 +190,10 @@ def to_run(args: argparse.Namespace) -> Run:
         return Run(
             model=model,
             training=Training(args.precision, args.optimizer, args.zero, args.recompute,
-                              args.attention),
+                              args.attention, args.mlp_kernel),
             layout=lay,
             batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
-            gpu=None if args.gpu_memory is None else Gpu(args.gpu_memory),
+            gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
         )
     except ShapeNeeded as exc:  # the same rule, worded with the flags that broke it
         if "global_batch" in exc.fields or "v" in exc.fields:
@@ -204,8 +214,9 @@ def render(est: Estimate) -> str:
              f"ZeRO stage {t.zero_stage}"]
     lines.append(f"layout: {lay.describe()}")
     if batch.seq_len is not None and shape is not None:
+        kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
-                     f"{t.recompute}, {t.attention} attention")
+                     f"{t.recompute}, {t.attention} attention{kernel}")
     if est.microbatches is not None:
         lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
                      f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")
@@ -231,11 +242,15 @@ def render(est: Estimate) -> str:
     if r.gpu is not None:
         capacity = Bytes(math.ceil(r.gpu.memory.n))
         total = Bytes(math.ceil(est.total.n))
+        where = str(capacity)
+        if r.gpu.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
+            where = (f"one {r.gpu.name} ({capacity.format('MiB', 0)} = "
+                     f"{capacity.format('GB', 2)}, as nvidia-smi reports it)")
         if est.fits:
-            lines.append(f"fits in {capacity}: yes, {(capacity - total).format('GB', 2)} to spare")
+            lines.append(f"fits in {where}: yes, {(capacity - total).format('GB', 2)} to spare")
         else:
-            lines.append(f"fits in {capacity}: no, {(total - capacity).format('GB', 2)} over")
-    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1; activations,")
+            lines.append(f"fits in {where}: no, {(total - capacity).format('GB', 2)} over")
+    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3; activations,")
     lines.append("  Korthikanti et al. 2022 §4, tensor by tensor. GB = 10^9 bytes, GiB = 2^30 bytes")
     return "\n".join(lines)
 

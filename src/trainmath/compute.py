@@ -20,11 +20,13 @@
   :class:`Peak`: one GPU's dense (no 2:4 sparsity) tensor-core peak in one precision, named in
   every :class:`Utilization` via :meth:`Utilization.describe`.
 
-:data:`GPUS` holds A100 SXM, H100 SXM, H200 and B200 with their datasheet sources.
+:data:`GPUS` holds A100 SXM, H100 SXM, H200 and B200 with their datasheet sources, and each
+one's memory as sold, as built and as ``nvidia-smi`` reports it (:class:`GpuMemory`).
 
 Main entry points: :func:`training_flops`; :func:`model_flops_per_token`, :func:`matmul_params`,
 :func:`flops_per_token` -> :class:`FlopsPerToken` (``.model``, ``.hardware``);
-:func:`peak_flops` / :func:`gpu` -> :class:`Peak` / :class:`Accelerator`; :func:`mfu`,
+:func:`peak_flops` / :func:`gpu` -> :class:`Peak` / :class:`Accelerator` (``.memory``:
+:class:`GpuMemory`); :func:`mfu`,
 :func:`hfu` -> :class:`Utilization` (``.fraction``, ``.describe()``); :func:`tokens_per_second`,
 :func:`time_to_train` (seconds), :func:`scaling_efficiency`; :data:`PUBLISHED_RUNS`.
 """
@@ -36,10 +38,18 @@ from fractions import Fraction
 
 from .activations import RECOMPUTE_KINDS
 from .models import ModelShape, param_breakdown
-from .units import Bytes, GB, choice, positive_int
+from .units import GB, Bytes, GiB, MiB, choice, positive_int
 
 #: Precisions a :class:`Peak` is taken in.
 PRECISIONS = ("bf16", "fp16", "fp8")
+
+#: FLOPs per parameter per trained token: 2 in the forward pass and 4 in the backward, the 6
+#: of 6N and 6ND (Kaplan et al. 2020, §2.1).
+PARAM_FLOPS_PER_TOKEN = 6
+#: FLOPs per token, per layer, per unit of attention width and of sequence length for QKᵀ and
+#: attention over V, forward and backward: the 12 of PaLM's 12·L·H·Q·T (Chowdhery et al. 2022,
+#: Appendix B).
+ATTENTION_FLOPS_COEFFICIENT = 12
 
 #: 10^12 (SI prefix tera): a TFLOP/s is ``TERA`` FLOP/s.
 TERA = 10**12
@@ -64,6 +74,39 @@ class Peak:
 
 
 @dataclass(frozen=True)
+class GpuMemory:
+    """One GPU's memory three ways: as the datasheet sells it, as the package holds it, and as
+    ``nvidia-smi`` reports it; :attr:`usable` is the one a run is planned against.
+
+    NVIDIA's "GB" on these parts counts binary units: the HBM stacks hold a power of two of
+    bytes each (their DRAM dies hold 2^k bits), so an "80GB" A100 or H100 has 80 GiB on the
+    package, 85.9 × 10^9 bytes. Read as decimal GB, the label understates the card by 7.4%.
+    """
+
+    #: the datasheet's words, e.g. "80GB HBM3"
+    label: str
+    #: the label's number read in this library's units, GB = 10^9 bytes
+    marketed: Bytes
+    #: HBM on the package: stacks × bytes per stack (for B200, the raw 192 GiB, not the 180
+    #: NVIDIA enables)
+    hbm: Bytes
+    #: ``memory.total`` as ``nvidia-smi`` prints it (whole MiB): what the driver exposes after
+    #: its own reservations
+    reported: Bytes
+    source: str
+    note: str = ""
+
+    @property
+    def usable(self) -> Bytes:
+        """The memory a run may fill: what ``nvidia-smi`` reports as the total.
+
+        CUDA's context and the allocator's fragmentation take some of it at run time; those
+        depend on the program and are not subtracted here.
+        """
+        return self.reported
+
+
+@dataclass(frozen=True)
 class Accelerator:
     """A GPU's dense tensor-core peaks and memory, from its vendor's documents."""
 
@@ -73,8 +116,7 @@ class Accelerator:
     dense_16bit: float
     #: dense fp8 tensor-core FLOP/s; None where the GPU has no fp8 tensor cores
     dense_fp8: float | None
-    #: memory as the datasheet states it (decimal GB)
-    memory: Bytes
+    memory: GpuMemory
     source: str
     note: str = ""
 
@@ -88,36 +130,62 @@ class Accelerator:
         return Peak(self.name, precision, self.dense_16bit, self.source)
 
 
-#: GPUs by key (:func:`gpu`), each with its dense peaks, memory and vendor document.
+_SMI = "nvidia-smi's memory.total on this GPU, as printed in public nvidia-smi outputs (not an NVIDIA document)"
+
+#: GPUs by key (:func:`gpu`), each with its dense peaks, its memory (:class:`GpuMemory`) and
+#: vendor documents.
 #:
 #: :meta hide-value:
 GPUS: dict[str, Accelerator] = {
     g.key: g
     for g in (
         Accelerator(
-            "a100-sxm", "A100 SXM 80GB", 312 * TERA, None, Bytes(80 * GB),
+            "a100-sxm", "A100 SXM 80GB", 312 * TERA, None,
+            GpuMemory(
+                "80GB HBM2e", Bytes(80 * GB), Bytes(80 * GiB), Bytes(81_920 * MiB),
+                f"NVIDIA A100 Tensor Core GPU datasheet: 80GB HBM2e; {_SMI}: 81920MiB",
+                "The 80 GiB on the package (five 16 GiB HBM2e stacks) is not printed in the "
+                "datasheet; it equals the 81,920 MiB nvidia-smi reports.",
+            ),
             "NVIDIA A100 Tensor Core GPU datasheet: BFLOAT16/FP16 Tensor Core 312 TFLOPS "
-            "(624 with sparsity); 80GB HBM2e",
+            "(624 with sparsity)",
             "Ampere has no fp8 tensor cores.",
         ),
         Accelerator(
-            "h100-sxm", "H100 SXM", 989.4 * TERA, 1978.9 * TERA, Bytes(80 * GB),
+            "h100-sxm", "H100 SXM", 989.4 * TERA, 1978.9 * TERA,
+            GpuMemory(
+                "80GB HBM3", Bytes(80 * GB), Bytes(80 * GiB), Bytes(81_559 * MiB),
+                "NVIDIA H100 Tensor Core GPU datasheet: 80GB HBM3; NVIDIA H100 Tensor Core GPU "
+                f"Architecture whitepaper: five HBM3 stacks of 16 GiB on H100 SXM5; {_SMI}: 81559MiB",
+            ),
             "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5: 989.4 dense bf16/fp16 "
             "and 1,978.9 dense fp8 TFLOPS; the H100 datasheet prints the sparse figures, "
-            "1,979 and 3,958 TFLOPS; 80GB HBM3",
+            "1,979 and 3,958 TFLOPS",
         ),
         Accelerator(
-            "h200", "H200 SXM", 989.4 * TERA, 1978.9 * TERA, Bytes(141 * GB),
+            "h200", "H200 SXM", 989.4 * TERA, 1978.9 * TERA,
+            GpuMemory(
+                "141GB HBM3e", Bytes(141 * GB), Bytes(144 * GiB), Bytes(143_771 * MiB),
+                f"NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e; {_SMI}: 143771MiB",
+                "The 144 GiB on the package (six 24 GiB HBM3e stacks) comes from press reports at "
+                "the H200's launch, not from an NVIDIA document: unverified.",
+            ),
             "NVIDIA H200 Tensor Core GPU datasheet: the H100 SXM's tensor-core peaks (1,979 bf16 and "
-            "3,958 fp8 TFLOPS with sparsity, half that dense); 141GB HBM3e",
+            "3,958 fp8 TFLOPS with sparsity, half that dense)",
             "Same GH100 compute as the H100 SXM; more and faster memory.",
         ),
         Accelerator(
-            "b200", "B200 (HGX, 1,000 W)", 2.25 * PETA, 4.5 * PETA, Bytes(180 * GB),
+            "b200", "B200 (HGX, 1,000 W)", 2.25 * PETA, 4.5 * PETA,
+            GpuMemory(
+                "180GB HBM3E", Bytes(180 * GB), Bytes(192 * GiB), Bytes(183_359 * MiB),
+                "NVIDIA HGX B200 specifications: 180GB HBM3E per GPU (DGX B200: 1,440GB for 8); "
+                f"NVIDIA's Blackwell launch material: 192GB of HBM3e per B200; {_SMI}: 183359MiB",
+                "192 GB is the raw HBM (eight 24 GiB stacks), 180 GB what NVIDIA enables: one "
+                "part, not two SKUs. The stack count is inferred from 192 GiB, not printed by NVIDIA.",
+            ),
             "NVIDIA HGX B200 specifications: FP16/BF16 Tensor Core 4.5 PFLOPS and FP8 9 PFLOPS per "
-            "GPU with sparsity (2.25 and 4.5 dense); 180GB HBM3E per GPU (DGX B200: 1,440GB for 8)",
-            "NVIDIA's launch material quoted 192 GB of HBM3e per B200 and the GB200 NVL72 part "
-            "runs at 2.5 PFLOPS dense bf16 (1,200 W); check the SKU you rent.",
+            "GPU with sparsity (2.25 and 4.5 dense)",
+            "The GB200 NVL72 part runs at 2.5 PFLOPS dense bf16 (1,200 W); check the SKU you rent.",
         ),
     )
 }
@@ -148,7 +216,8 @@ def training_flops(params: int, tokens: int) -> int:
     >>> training_flops(174_600_000_000, 300_000_000_000)   # GPT-3: 3.14e23 (Brown et al. Table D.1)
     314280000000000000000000
     """
-    return 6 * positive_int("params (N)", params) * positive_int("tokens (D)", tokens)
+    n = positive_int("params (N)", params)
+    return PARAM_FLOPS_PER_TOKEN * n * positive_int("tokens (D)", tokens)
 
 
 def model_flops_per_token(params: int, layers: int, seq_len: int, attention_width: int) -> int:
@@ -160,7 +229,7 @@ def model_flops_per_token(params: int, layers: int, seq_len: int, attention_widt
     L = positive_int("layers (L)", layers)
     T = positive_int("seq_len (T)", seq_len)
     hq = positive_int("attention_width (H·Q)", attention_width)
-    return 6 * n + 12 * L * hq * T
+    return PARAM_FLOPS_PER_TOKEN * n + ATTENTION_FLOPS_COEFFICIENT * L * hq * T
 
 
 def matmul_params(model: ModelShape) -> int:
@@ -344,7 +413,10 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
                  "Chowdhery et al. 2022, PaLM, §4.1 and Table 3 (238.3K tokens/s)"),
     PublishedRun("GPT 22B", "A100", 8, 0.415, 0.437,
                  "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
-    PublishedRun("GPT 175B", "A100", 64, 0.514, 0.528, "Korthikanti et al. 2022, Table 5"),
-    PublishedRun("GPT 530B", "A100", 280, 0.560, 0.570, "Korthikanti et al. 2022, Table 5"),
-    PublishedRun("GPT 1T", "A100", 512, 0.563, 0.570, "Korthikanti et al. 2022, Table 5"),
+    PublishedRun("GPT 175B", "A100", 64, 0.514, 0.528,
+                 "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
+    PublishedRun("GPT 530B", "A100", 280, 0.560, 0.570,
+                 "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
+    PublishedRun("GPT 1T", "A100", 512, 0.563, 0.570,
+                 "Korthikanti et al. 2022, Table 5 (selective recomputation + sequence parallelism)"),
 )

@@ -77,8 +77,24 @@ class Optimizer:
     description: str
 
 
-#: Block size of 8-bit Adam's block-wise quantisation (Dettmers et al. 2022, §2.1: B = 2048).
+#: Block size of 8-bit Adam's block-wise quantisation in the paper (Dettmers et al. 2022, §2.1:
+#: B = 2048), the one :data:`OPTIMIZERS` counts.
 ADAM_8BIT_BLOCK = 2048
+#: Block size bitsandbytes' 8-bit optimizers have used since v0.44.0 (pull request 1365,
+#: "Change 8bit optimizer blocksize 2048->256"; ``Optimizer2State.init_state`` in
+#: ``bitsandbytes/optim/optimizer.py``): one fp32 absmax per 256 values of each state.
+BITSANDBYTES_8BIT_BLOCK = 256
+
+
+def blockwise_overhead(block: int, states: int = 2, scale_bytes: int = 4) -> Fraction:
+    """Bytes per parameter of block-wise quantisation constants: ``states`` × ``scale_bytes``
+    / ``block``, one fp32 absmax per block of each quantised state (Dettmers et al. 2022, §2).
+
+    >>> blockwise_overhead(ADAM_8BIT_BLOCK), blockwise_overhead(BITSANDBYTES_8BIT_BLOCK)
+    (Fraction(1, 256), Fraction(1, 32))
+    """
+    return Fraction(positive_int("states", states) * positive_int("scale_bytes", scale_bytes),
+                    positive_int("block", block))
 
 #: The optimizers by name (``optimizer_name=``), each with its source in ``description``.
 #:
@@ -94,7 +110,7 @@ OPTIMIZERS: dict[str, Optimizer] = {
         Optimizer("sgd-momentum", 1, None, Fraction(0),
                   "one momentum buffer (torch.optim.SGD with momentum > 0)"),
         Optimizer(
-            "adam-8bit", 2, 1, Fraction(2 * 4, ADAM_8BIT_BLOCK),
+            "adam-8bit", 2, 1, blockwise_overhead(ADAM_8BIT_BLOCK),
             "m and v quantised to 1 byte each, plus one fp32 absmax per block of "
             f"{ADAM_8BIT_BLOCK} values for each (Dettmers et al. 2022, 8-bit Optimizers "
             "via Block-wise Quantization, §2)",

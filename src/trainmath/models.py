@@ -24,6 +24,15 @@ from .units import choice, positive_int
 MLP_KINDS = ("gelu", "swiglu")
 #: Norm kinds: LayerNorm, a gain and a bias; RMSNorm, a gain only (Zhang & Sennrich 2019).
 NORM_KINDS = ("layernorm", "rmsnorm")
+#: A GPT MLP's width in units of the hidden size: 4h (Vaswani et al. 2017, §3.3; Brown et al.
+#: 2020, GPT-3, §2.1).
+GPT_FFN_MULTIPLIER = 4
+#: Weight-matrix parameters of one GPT layer in units of h²: attention 4h² and a 4h-wide MLP
+#: 8h², the 12lh² of Megatron-LM's parameter count (Narayanan et al. 2021, §5.1).
+MEGATRON_WEIGHTS_PER_H2 = 12
+#: Biases and LayerNorm parameters of one GPT layer in units of h: the 13lh of the same count
+#: (attention biases 4h, MLP biases 5h, two LayerNorms 4h).
+MEGATRON_VECTORS_PER_H = 13
 
 
 @dataclass(frozen=True)
@@ -195,14 +204,15 @@ def gpt_shape(name: str, *, layers: int, hidden: int, heads: int, vocab: int, po
     (Radford et al. 2019, GPT-2; Brown et al. 2020, GPT-3 §2.1).
     """
     hidden = positive_int("hidden", hidden)
-    return shape(name, layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden, vocab=vocab,
+    return shape(name, layers=layers, hidden=hidden, heads=heads,
+                 ffn=GPT_FFN_MULTIPLIER * hidden, vocab=vocab,
                  mlp="gelu", norm="layernorm", bias=True, tied_embeddings=tied_embeddings,
                  positions=positions, dropout=True, source=source)
 
 
 def is_gpt_style(m: ModelShape) -> bool:
     """True when ``m`` has the GPT layer: GeLU MLP of width 4h, MHA, LayerNorm, biases, dropout."""
-    return (m.mlp == "gelu" and m.ffn == 4 * m.hidden and m.kv_heads == m.heads
+    return (m.mlp == "gelu" and m.ffn == GPT_FFN_MULTIPLIER * m.hidden and m.kv_heads == m.heads
             and m.norm == "layernorm" and m.bias and m.dropout)
 
 
@@ -229,7 +239,8 @@ def megatron_param_count(m: ModelShape) -> int:
     if not m.positions:
         raise ValueError(f"{m.name!r} has no learned positions; the formula's s is their number")
     l, h, v, s = m.layers, m.hidden, m.vocab, m.positions
-    p = 12 * l * h * h * (1 + Fraction(13, 12 * h) + Fraction(v + s, 12 * l * h))
+    w, b = MEGATRON_WEIGHTS_PER_H2, MEGATRON_VECTORS_PER_H
+    p = w * l * h * h * (1 + Fraction(b, w * h) + Fraction(v + s, w * l * h))
     return int(p)  # a whole number: 12lh² + 13lh + (V + s)h
 
 
@@ -247,7 +258,11 @@ def megatron_omissions(m: ModelShape) -> dict[str, int]:
     return left_out
 
 
-_LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and §2.2; config.json of meta-llama/{}"
+# Llama 2's paper (Touvron et al. 2023b) gives context length and GQA in its Table 1, not h, a
+# or L; those are in the released config.json files and, for the 7B and 65B/70B sizes, in the
+# LLaMA paper's Table 2 (Touvron et al. 2023a).
+_LLAMA2 = ("config.json of meta-llama/{} (h, a and L as in Touvron et al. 2023a, LLaMA, Table 2); "
+           "Touvron et al. 2023b, Llama 2, Table 1 (context length, GQA)")
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
 #: Published shapes by name (:func:`preset`), each with its source in ``source``.

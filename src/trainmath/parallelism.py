@@ -44,7 +44,7 @@ Activation bytes are an input here, not computed: the activation model lives in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -324,19 +324,26 @@ def device_memory(
     precision: str = "bf16-mixed",
     optimizer_name: str = "adamw",
     activations: Bytes | Sequence[Bytes] | None = None,
+    grad_bytes: int | None = None,
 ) -> tuple[DeviceMemory, ...]:
     """Memory of one device of each pipeline stage.
 
     Model states: :func:`stage_params` of the stage, divided by ZeRO ``zero_stage`` over
-    dp·cp ranks with :func:`trainmath.sharding.zero_states` (ZeRO §5.1). ``activations``: the
-    activation bytes one device of each stage holds (a single ``Bytes`` for all stages or one
-    per stage; ``None`` counts model states only). Buffers, temporaries and fragmentation are
-    not counted.
+    dp·cp ranks with :func:`trainmath.sharding.zero_states` (ZeRO §5.1-5.3). ``activations``:
+    the activation bytes one device of each stage holds (a single ``Bytes`` for all stages or
+    one per stage; ``None`` counts model states only). ``grad_bytes`` replaces the precision
+    recipe's bytes per gradient: Megatron-LM keeps bf16 parameters with fp32 gradients, 4 bytes
+    (its distributed-optimizer guide: 18 bytes per parameter, 6 + 12/d with the distributed
+    optimizer, which is ZeRO stage 1 here). Buffers, temporaries and fragmentation are not
+    counted.
     """
     check_stage(zero_stage)
     acts = _per_stage_activations(activations, lay.pp)
     stage_params(model, lay)  # checks the layout against the model
-    return _device_memory(model, lay, zero_stage, bytes_per_param(precision, optimizer_name), acts)
+    per = bytes_per_param(precision, optimizer_name)
+    if grad_bytes is not None:
+        per = replace(per, gradients=positive_int("grad_bytes", grad_bytes))
+    return _device_memory(model, lay, zero_stage, per, acts)
 
 
 def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPerParam,
@@ -425,23 +432,27 @@ class Communication:
 
 
 def tensor_parallel_collectives(
-    layers: int, *, first: bool, last: bool, sequence_parallel: bool, recompute: str
+    layers: int, *, first: bool, last: bool, sequence_parallel: bool, recompute: str,
+    regather: bool = True,
 ) -> Fraction:
     """All-reduce equivalents of b·s·h activations one TP rank runs per micro-batch on a stage.
 
     Per layer (Shoeybi et al. 2019, §3, Figure 4): two all-reduces forward (after attention and
-    after the MLP, operator g) and two backward (operator f): 4. With sequence parallelism
-    (Korthikanti et al. 2022, §4.2.2) each all-reduce becomes a reduce-scatter plus an
-    all-gather -- the same bytes -- and the backward all-gathers the sequence-split input of
-    each column-parallel linear once more (it saved only its 1/tp shard): +2 all-gathers = +1
-    all-reduce equivalent, so 5. Full recomputation reruns the forward: +2. Selective
+    after the MLP, operator g) and two backward (operator f): 4. With sequence parallelism each
+    all-reduce becomes a reduce-scatter plus an all-gather, the same bytes: Korthikanti et al.
+    2022, §4.2.2, count the same volume as tensor parallelism alone, 4 (``regather=False``).
+    Megatron-LM's implementation (``regather=True``, the default) saves only the 1/tp sequence
+    shard of each column-parallel linear's input and all-gathers it again in the backward to
+    compute the weight gradient (``LinearWithGradAccumulationAndAsyncCommunication.backward``
+    in ``megatron/core/tensor_parallel/layers.py``): +2 all-gathers = +1 all-reduce
+    equivalent per layer, so 5. Full recomputation reruns the forward: +2. Selective
     recomputation reruns only the attention core, which needs no TP traffic: +0.
     First stage: the vocabulary-parallel embedding's output all-reduce (+1; a reduce-scatter,
     +1/2, with SP). Last stage: the LM head's input gradient all-reduce (+1; with SP an
     all-gather forward and a reduce-scatter backward, also +1). The cross-entropy's three
     all-reduces of b·s fp32 values (max, sum, target logit) are left out: they are 1/h of these.
     """
-    per_layer = Fraction(5 if sequence_parallel else 4)
+    per_layer = Fraction(5 if sequence_parallel and regather else 4)
     if recompute == "full":
         per_layer += 2
     count = per_layer * layers
@@ -465,6 +476,7 @@ def communication(
     grad_bytes: int | None = None,
     recompute: str = "none",
     scatter_gather: bool = True,
+    regather: bool = True,
     stage: int | None = None,
 ) -> Communication:
     """Bytes one device of pipeline ``stage`` sends per optimizer step, by scheme.
@@ -479,6 +491,8 @@ def communication(
     - data parallel: :func:`trainmath.sharding.zero_traffic` over dp·cp ranks for this device's
       parameters, m micro-batches per step;
     - tensor parallel: :func:`tensor_parallel_collectives` × 2(tp-1)/tp × b·(s/cp)·h bytes, × m;
+      ``regather`` chooses its count with sequence parallelism (Megatron-LM's implementation,
+      the default, or Korthikanti et al. 2022's §4.2.2 volume);
     - pipeline parallel: each micro-batch sends its b·(s/cp)·h activation forward and its
       gradient backward across each stage boundary (Narayanan et al. 2021, §3.2: bsh per
       micro-batch per boundary), once per model chunk (v times, §2.2.2), except past the ends of
@@ -513,7 +527,7 @@ def communication(
         if tp > 1:
             count = tensor_parallel_collectives(
                 sp.layers, first=i == 0, last=i == pp - 1,
-                sequence_parallel=lay.sequence_parallel, recompute=recompute,
+                sequence_parallel=lay.sequence_parallel, recompute=recompute, regather=regather,
             )
             tp_bytes = Bytes(count * ring_all_reduce_factor(tp) * activation * m)
         else:
@@ -581,21 +595,24 @@ def plan(
     optimizer_name: str = "adamw",
     activations: Bytes | Sequence[Bytes] | None = None,
     gpus: int | None = None,
+    grad_bytes: int | None = None,
     **comm_kwargs,
 ) -> Plan:
     """:func:`validate`, then memory per stage, traffic of the busiest device and the bubble.
 
-    ``activations`` as in :func:`device_memory`; ``comm_kwargs`` go to :func:`communication`.
+    ``activations`` and ``grad_bytes`` as in :func:`device_memory` (the gradients are reduced
+    in the bytes they are kept in, so ``grad_bytes`` goes to :func:`communication` too);
+    ``comm_kwargs`` go to :func:`communication`.
     """
     validate(model, lay, gpus=gpus, global_batch=global_batch, micro_batch=micro_batch, seq_len=seq_len)
     m = microbatches(global_batch, lay.dp, micro_batch)
     memory = device_memory(
         model, lay, zero_stage=zero_stage, precision=precision,
-        optimizer_name=optimizer_name, activations=activations,
+        optimizer_name=optimizer_name, activations=activations, grad_bytes=grad_bytes,
     )
     comm = communication(
         model, lay, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
-        zero_stage=zero_stage, precision=precision, **comm_kwargs,
+        zero_stage=zero_stage, precision=precision, grad_bytes=grad_bytes, **comm_kwargs,
     )
     return Plan(
         model=model, layout=lay, seq_len=seq_len, micro_batch=micro_batch,

@@ -201,13 +201,20 @@ def _float32_round_to_odd(values: np.ndarray) -> np.ndarray:
     return r
 
 
-def round_to(x, name: str):
+def round_to(x, name: str, *, saturate: bool = False):
     """``x`` rounded to the nearest value of format ``name`` (ties to even), as float64.
 
     Uses the format's NumPy / ml_dtypes cast (for ml_dtypes through a float32 rounded to odd,
     so that the result is rounded once: Boldo & Melquiond 2008, Theorem 1). Ties to even is
-    IEEE 754-2019's roundTiesToEven (§4.3.1). A scalar gives a float, an array an array. Values
-    past the overflow threshold become inf, or NaN in fp8-e4m3, which has no inf.
+    IEEE 754-2019's roundTiesToEven (§4.3.1). A scalar gives a float, an array an array.
+
+    Overflow: without saturation (the default, what NumPy, ml_dtypes and PyTorch's plain
+    ``.to(torch.float8_e4m3fn)`` do), values past the overflow threshold become inf, or NaN in
+    fp8-e4m3, which has no inf. ``saturate=True`` is the OCP 8-bit floating point
+    specification's saturating conversion: magnitudes past the largest finite value, infinities
+    included, become ± that value (448 in fp8-e4m3), as FP8 training casts do (torchao's
+    ``to_fp8_saturated`` clamps before it casts; CUDA's fp8 conversions take
+    ``__NV_SATFINITE``). NaN stays NaN.
     """
     choice("format", name, FORMATS)
     if name not in DTYPES:
@@ -216,6 +223,9 @@ def round_to(x, name: str):
             f"accepted: {', '.join(DTYPES)}"
         )
     values = np.asarray(x, dtype=np.float64)
+    if saturate:
+        largest = float(FORMATS[name].max)
+        values = np.clip(values, -largest, largest)  # NaN passes through clip unchanged
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         if DTYPES[name] not in (np.float32, np.float16):  # NumPy casts from float64 directly
             values = _float32_round_to_odd(values)
@@ -388,17 +398,33 @@ def is_mask(tensor: SavedTensor) -> bool:
 
 
 def activation_coefficients(value_bytes: int,
-                            tensors: tuple[SavedTensor, ...] = KORTHIKANTI_LAYER) -> tuple[int, int]:
+                            tensors: tuple[SavedTensor, ...] = KORTHIKANTI_LAYER,
+                            *, autocast: bool = False) -> tuple[int, int]:
     """(bytes per s·b·h, bytes per a·s²·b) of one layer with activations of ``value_bytes``.
 
     Korthikanti et al. 2022, §4.1, eq. 1 count 2-byte (16-bit) activations and 1-byte dropout
-    masks: 34 and 5. Each activation term scales with the value size; masks stay 1 byte, so
-    fp32 activations (4 bytes) give 66 and 9.
+    masks: 34 and 5, as a Megatron-style half-precision model keeps them (16-bit weights, a
+    16-bit residual stream, the softmax written out in 16 bits). Each activation term scales
+    with the value size; masks stay 1 byte, so fp32 activations (4 bytes) give 66 and 9.
+
+    ``autocast=True`` counts PyTorch's automatic mixed precision instead (``torch.autocast``
+    over an fp32 model): the tensors marked ``autocast_fp32`` stay in fp32, 4 bytes: the
+    softmax output (softmax is on autocast's CUDA float32 list, PyTorch's "Autocast Op
+    Reference") and the two LayerNorm inputs (the residual stream of fp32 parameters). Every
+    matrix multiply saves the 16-bit copy of its input that autocast made, so the rest keep
+    ``value_bytes``: 38 and 7 for 16-bit autocast. Autocast also saves the 16-bit copy of each
+    weight it casts, which is not an activation and is not counted here.
     """
     size = positive_int("value_bytes", value_bytes)
+    fp32 = float_format("fp32").bits // 8
     sbh = as2b = Fraction(0)
     for t in tensors:
-        factor = 1 if is_mask(t) else Fraction(size, 2)
+        if is_mask(t):
+            factor = Fraction(1)
+        elif autocast and t.autocast_fp32:
+            factor = Fraction(fp32, 2)
+        else:
+            factor = Fraction(size, 2)
         sbh += t.sbh * factor
         as2b += t.as2b * factor
     if sbh.denominator != 1 or as2b.denominator != 1:

@@ -8,12 +8,12 @@ kernel), the :class:`~trainmath.parallelism.Layout`, the :class:`Batch` and, opt
 parts fit together (:func:`trainmath.parallelism.validate`), raising one ValueError that names
 the bad values and what is accepted. A Run that exists is valid, so :func:`estimate` checks
 nothing again: it calls the unchecked cores of the modules below. :func:`run` builds a Run from
-plain keywords (a preset name, ``"80GB"``).
+plain keywords (a preset name, a GPU kind such as ``"h100-sxm"``, ``"80GB"``).
 
 ``estimate(run) -> Estimate``, for the fullest device (the pipeline stage that needs the most):
 
 - model states: ZeRO's 2Ψ + 2Ψ + KΨ per parameter divided over the dp·cp ranks (Rajbhandari
-  et al. 2020, §5.1; :mod:`trainmath.sharding`), of the parameters that tensor and pipeline
+  et al. 2020, §5.1–5.3; :mod:`trainmath.sharding`), of the parameters that tensor and pipeline
   parallelism leave on the device (:mod:`trainmath.parallelism`);
 - activations, with a shape and a sequence length: the tensors each layer saves for backward
   (Korthikanti et al. 2022, §4; :mod:`trainmath.activations`) in the compute precision, times
@@ -37,9 +37,10 @@ import math
 from dataclasses import dataclass, fields
 from fractions import Fraction
 
-from .activations import (ATTENTION_KINDS, MASK_BYTES, RECOMPUTE_KINDS, STAT_BYTES,
+from .activations import (ATTENTION_KINDS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES,
                           LayerActivations, _in_flight, _input, _layer, _output, _stage,
                           check_context_parallel)
+from .compute import GPUS, gpu as _accelerator
 from .memory import bytes_per_param, optimizer, recipe
 from .models import ModelShape, param_count, preset
 from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches, fullest,
@@ -51,12 +52,13 @@ from .units import Bytes, choice, parse_bytes, positive_int
 # -- the parts of a run -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Training:
-    """How the model is trained: precision recipe, optimizer, ZeRO stage, recomputation, attention.
+    """How the model is trained: precision recipe, optimizer, ZeRO stage, recomputation, kernels.
 
     ``precision`` is one of :data:`trainmath.memory.RECIPES`, ``optimizer`` one of
     :data:`trainmath.memory.OPTIMIZERS`, ``zero_stage`` 0 to 3 (:mod:`trainmath.sharding`),
-    ``recompute`` one of :data:`trainmath.activations.RECOMPUTE_KINDS` and ``attention`` one of
-    :data:`trainmath.activations.ATTENTION_KINDS`.
+    ``recompute`` one of :data:`trainmath.activations.RECOMPUTE_KINDS`, ``attention`` one of
+    :data:`trainmath.activations.ATTENTION_KINDS` and ``mlp_kernel`` one of
+    :data:`trainmath.activations.MLP_KERNELS` (eager PyTorch, or a fused SwiGLU).
     """
 
     precision: str = "bf16-mixed"
@@ -64,6 +66,7 @@ class Training:
     zero_stage: int = 0
     recompute: str = "none"
     attention: str = "eager"
+    mlp_kernel: str = "eager"
 
     def __post_init__(self) -> None:
         recipe(self.precision)
@@ -71,6 +74,7 @@ class Training:
         object.__setattr__(self, "zero_stage", check_stage(self.zero_stage))
         choice("recompute", self.recompute, RECOMPUTE_KINDS)
         choice("attention", self.attention, ATTENTION_KINDS)
+        choice("mlp_kernel", self.mlp_kernel, MLP_KERNELS)
 
 
 @dataclass(frozen=True)
@@ -93,14 +97,33 @@ class Batch:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One device: its memory, against which the estimate says whether the run fits."""
+    """One device: the memory the estimate checks the run against, and which GPU it is.
 
-    memory: Bytes
+    ``Gpu(kind="h100-sxm")`` takes that GPU's usable memory, the total ``nvidia-smi`` reports
+    (:attr:`trainmath.compute.GpuMemory.usable`: 81,559 MiB for an H100 sold as "80GB");
+    ``Gpu(memory)`` takes an amount as given (``parse_bytes("80GB")`` is 80 × 10^9 bytes, less
+    than an "80GB" card holds). ``kind`` is a key of :data:`trainmath.compute.GPUS`.
+    """
+
+    memory: Bytes | None = None
+    kind: str | None = None
 
     def __post_init__(self) -> None:
+        if self.kind is not None:
+            accelerator = _accelerator(self.kind)  # a ValueError lists the known kinds
+            if self.memory is None:
+                object.__setattr__(self, "memory", accelerator.memory.usable)
+        elif self.memory is None:
+            raise ValueError(f"a Gpu needs a kind (accepted: {', '.join(GPUS)}) or a memory "
+                             "such as parse_bytes('80GB')")
         if not isinstance(self.memory, Bytes) or self.memory.n <= 0:
             raise ValueError(f"gpu memory must be a positive Bytes, e.g. parse_bytes('80GB'), "
                              f"got {self.memory!r}")
+
+    @property
+    def name(self) -> str | None:
+        """The GPU's name (``"H100 SXM"``), or None when only its memory was given."""
+        return None if self.kind is None else _accelerator(self.kind).name
 
 
 class ShapeNeeded(ValueError):
@@ -182,6 +205,7 @@ def run(
     zero_stage: int = 0,
     recompute: str = "none",
     attention: str = "eager",
+    mlp_kernel: str = "eager",
     dp: int = 1,
     tp: int = 1,
     pp: int = 1,
@@ -191,24 +215,29 @@ def run(
     seq_len: int | None = None,
     micro_batch: int = 1,
     global_batch: int | None = None,
+    gpu: str | None = None,
     gpu_memory: Bytes | str | None = None,
 ) -> Run:
-    """A :class:`Run` from plain keywords: ``model`` may be a preset name, and ``gpu_memory``
-    a text such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`).
+    """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
+    (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
+    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`); not both.
 
     >>> run("llama-2-7b", dp=8, zero_stage=1).params
     6738415616
     """
     if isinstance(model, str):
         model = preset(model)
+    if gpu is not None and gpu_memory is not None:
+        raise ValueError(f"give gpu (a kind, {gpu!r}) or gpu_memory (an amount, {gpu_memory!r}), "
+                         "not both")
     if isinstance(gpu_memory, str):
         gpu_memory = parse_bytes(gpu_memory)
     return Run(
         model=model,
-        training=Training(precision, optimizer, zero_stage, recompute, attention),
+        training=Training(precision, optimizer, zero_stage, recompute, attention, mlp_kernel),
         layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
         batch=Batch(seq_len, micro_batch, global_batch),
-        gpu=None if gpu_memory is None else Gpu(gpu_memory),
+        gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
     )
 
 
@@ -296,6 +325,8 @@ class Estimate:
                 "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
                 "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
                 "interleave": lay.v, "recompute": t.recompute, "attention": t.attention,
+                "mlp_kernel": t.mlp_kernel,
+                "gpu": None if r.gpu is None else r.gpu.kind,
                 "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
             },
         }
@@ -343,7 +374,8 @@ def _activations(shape: ModelShape, lay: Layout, t: Training, batch: Batch,
     """One layer's saved tensors, and the activation bytes on one device of each stage."""
     value_bytes = recipe(t.precision).weights  # the compute format: 4 bytes in fp32, else 2
     split = (shape, batch.seq_len, batch.micro_batch, lay.tp, lay.sequence_parallel, lay.cp)
-    layer = _layer(*split, t.recompute, t.attention, value_bytes, MASK_BYTES, STAT_BYTES)
+    layer = _layer(*split, t.recompute, t.attention, value_bytes, MASK_BYTES, STAT_BYTES,
+                   t.mlp_kernel)
     embedding = _input(*split, MASK_BYTES)
     output = _output(*split, value_bytes, STAT_BYTES)
     pp = lay.pp

@@ -1,7 +1,7 @@
 """Per-device memory and traffic under data parallelism, ZeRO and PyTorch FSDP.
 
 Rajbhandari et al. 2020, *ZeRO: Memory Optimizations Toward Training Trillion Parameter
-Models*, §5.1 and Figure 1: with Ψ parameters, N_d data-parallel ranks and K bytes of
+Models*, §5.1–5.3 and Figure 1: with Ψ parameters, N_d data-parallel ranks and K bytes of
 optimizer-side state per parameter (K = 12 for mixed-precision Adam), each rank holds
 
 - stage 0, plain data parallelism: 2Ψ + 2Ψ + KΨ;
@@ -15,7 +15,8 @@ and optimizer there is covered: the formulas above are the bf16/fp16-mixed Adam 
 Also here: the smallest N_d that fits a GPU (:func:`min_ranks`); PyTorch FSDP's strategies,
 gathered units, prefetch and CPU offload (:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*,
 §3.2-3.3; Ren et al. 2021, *ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
-the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies; ZeRO §7,
+the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies, both with
+m micro-batches per step; ZeRO §7,
 ring factors from :mod:`trainmath.collectives`); and FSDP2's exact per-rank bytes with its
 dim-0 padding (:func:`fsdp2_rank`, checked against torch by validate/test_fsdp.py).
 """
@@ -33,7 +34,7 @@ from .units import Bytes, positive_int
 #: ZeRO stages: 0 is plain data parallelism (nothing sharded).
 STAGES = (0, 1, 2, 3)
 
-#: What each stage shards (ZeRO §5.1: P_os, P_g, P_p).
+#: What each stage shards (ZeRO §5.1–5.3: P_os, P_g, P_p).
 STAGE_NAMES = {
     0: "data parallel (DDP)",
     1: "ZeRO-1 (P_os)",
@@ -68,7 +69,7 @@ def zero_states(
     precision: str = "bf16-mixed",
     optimizer_name: str = "adamw",
 ) -> ShardedState:
-    """Per-device model-state bytes for ZeRO ``stage`` (0-3) over ``n_d`` ranks (ZeRO §5.1).
+    """Per-device model-state bytes for ZeRO ``stage`` (0-3) over ``n_d`` ranks (ZeRO §5.1–5.3).
 
     Sharded amounts are exact: Ψ/N_d may be a Fraction of a byte (the paper's idealised
     even split; :func:`fsdp2_rank` models the padding a real engine adds).
@@ -117,7 +118,7 @@ def min_ranks(
 
     ``reserved`` holds what is not model state (activations, gathered units, buffers). Returns
     None when no N_d up to ``limit`` fits: the unsharded part (2Ψ + 2Ψ at stage 1, 2Ψ at
-    stage 2, everything at stage 0) does not shrink with N_d. ZeRO §5.1's per-device totals
+    stage 2, everything at stage 0) does not shrink with N_d. ZeRO §5.1–5.3's per-device totals
     (see :func:`zero_states`), solved for N_d.
     """
     if not isinstance(capacity, Bytes) or not isinstance(reserved, Bytes):
@@ -151,8 +152,11 @@ FSDP_STRATEGIES: dict[str, int] = {
 }
 
 #: What can live in host (CPU) memory instead of the accelerator.
-#: "optimizer": ZeRO-Offload (Ren et al. 2021, §4.1): fp32 master weights, optimizer states and
-#: the gradients move to the CPU and the optimizer step runs there; the 16-bit weights stay.
+#: "optimizer": ZeRO-Offload (Ren et al. 2021: the CPU/GPU split is derived in §3, the
+#: partitioned multi-GPU setup is §4.2): fp32 master weights, optimizer states and the
+#: gradient partition move to the CPU and the optimizer step runs there; the 16-bit weights
+#: stay. DeepSpeed keeps the offloaded gradient partition in the master weights' format, fp32
+#: (``initialize_optimizer_states`` in ``deepspeed/runtime/zero/stage_1_and_2.py``).
 #: "parameters": FSDP2's CPUOffloadPolicy and DeepSpeed's offload_param (ZeRO-Infinity,
 #: Rajbhandari et al. 2021): every sharded state moves; the accelerator keeps only gathered units.
 OFFLOADS = ("none", "optimizer", "parameters")
@@ -206,7 +210,7 @@ def fsdp_memory(
     precision: str = "bf16-mixed",
     optimizer_name: str = "adamw",
 ) -> FsdpMemory:
-    """Per-rank memory of an FSDP strategy, in ZeRO's accounting (ZeRO §5.1; FSDP §3.2).
+    """Per-rank memory of an FSDP strategy, in ZeRO's accounting (ZeRO §5.1–5.3; FSDP §3.2).
 
     - ``NO_SHARD`` is ZeRO stage 0; ``SHARD_GRAD_OP`` keeps every unsharded parameter from the
       forward to the end of the backward, so its peak is ZeRO-2's; ``FULL_SHARD`` is ZeRO-3;
@@ -217,7 +221,10 @@ def fsdp_memory(
       more units in flight (FSDP §3.3: the next all-gather overlaps this unit's compute), the
       transient is (1 + prefetch) × ``unit_params`` × the weights' bytes. Pass the largest unit.
       Backward adds that unit's unsharded gradients until they are reduce-scattered.
-    - ``offload`` (see :data:`OFFLOADS`) moves sharded state to host memory.
+    - ``offload`` (see :data:`OFFLOADS`) moves sharded state to host memory. With
+      ``"optimizer"`` the gradient partition on the host is in the master weights' format
+      (fp32 for mixed precision), as DeepSpeed keeps it; DeepSpeed's pinned 16-bit copy-back
+      buffer for the updated weights is not counted.
     """
     psi = positive_int("params", params)
     n = positive_int("n_d", n_d)
@@ -243,8 +250,9 @@ def fsdp_memory(
     if stage >= 2:
         unsharded_grads = Bytes(unit_params * per.gradients)
     zero = Bytes(0)
-    if offload == "optimizer":
-        host = state.gradients + state.master_weights + state.optimizer_states
+    if offload == "optimizer":  # the gradient partition in the master weights' format
+        host_grads = Bytes(Fraction(psi * max(per.gradients, per.master_weights), group))
+        host = host_grads + state.master_weights + state.optimizer_states
         state = ShardedState(params=psi, n_d=group, stage=stage, weights=state.weights,
                              gradients=zero, master_weights=zero, optimizer_states=zero)
     elif offload == "parameters":
@@ -325,6 +333,7 @@ def step_traffic(
     shard_group: int | None = None,
     grad_dtype: str = "bf16",
     param_dtype: str | None = None,
+    microbatches: int = 1,
 ) -> StepTraffic:
     """Bytes each rank sends per step for gradient sync and parameter gathers (ZeRO §7).
 
@@ -332,13 +341,23 @@ def step_traffic(
     per rank (ZeRO §7.1 rounds this to 2Ψ). ZeRO-1 and ZeRO-2 reduce-scatter the gradients and
     all-gather the updated parameters: the same volume (§7.2.1). ZeRO-3 all-gathers the
     parameters in the forward and again in the backward, then reduce-scatters the gradients:
-    3Ψ(N-1)/N, 1.5× (§7.2.2). HYBRID_SHARD does ZeRO-3's traffic inside a shard group of S ranks,
-    then all-reduces each rank's Ψ/S gradient shard across the n_d/S groups (FSDP §3.2.2).
-    ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name; SHARD_GRAD_OP gathers once.
-    One micro-batch per step: :func:`zero_traffic` counts more.
+    3Ψ(N-1)/N, 1.5× (§7.2.2). ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name.
+
+    The paper counts one micro-batch per step. With ``microbatches`` = m (gradient
+    accumulation), what a stage does in every backward happens m times, as :func:`zero_traffic`
+    (the one definition, which this calls) counts it: whole gradients (stages 0 and 1)
+    accumulate and are reduced once; sharded ones (stage 2, FULL_SHARD) are reduce-scattered
+    after every micro-batch, and ZeRO-3 gathers the weights for every forward and backward.
+    FSDP reduces in every backward unless told not to (FSDP1's ``no_sync``, FSDP2's
+    ``set_requires_gradient_sync(False)``, which keep unsharded gradients instead).
+    SHARD_GRAD_OP reshards after each backward, so it gathers before every forward: m(Ψg + Ψw)
+    where ZeRO-2 keeps the weights and gathers once. HYBRID_SHARD does ZeRO-3's traffic inside a
+    shard group of S ranks, then all-reduces each rank's Ψ/S gradient shard across the n_d/S
+    groups (FSDP §3.2.2), every micro-batch.
     """
     psi = positive_int("params", params)
     n = positive_int("n_d", n_d)
+    m = positive_int("microbatches (m)", microbatches)
     g = DTYPE_BYTES[_dtype(grad_dtype)]
     w = DTYPE_BYTES[_dtype(param_dtype)] if param_dtype is not None else g
     if isinstance(strategy, str):
@@ -347,11 +366,15 @@ def step_traffic(
         stage = check_stage(strategy)
     if strategy == "HYBRID_SHARD":
         s = _shard_group(strategy, n, shard_group)
-        across = Bytes(ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
-        inside = _zero_traffic(psi, s, 3, 1, w, g)
+        across = Bytes(m * ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
+        inside = _zero_traffic(psi, s, 3, m, w, g)
         return StepTraffic(across, inside.reduce_scatter, inside.all_gather, across)
     _shard_group(strategy, n, shard_group)
-    return _zero_traffic(psi, n, stage, 1, w, g)
+    if strategy == "SHARD_GRAD_OP":  # like ZeRO-2, but gathering again for every forward
+        f = ring_gather_factor(n)
+        zero = Bytes(0)
+        return StepTraffic(zero, Bytes(m * f * psi * g), Bytes(m * f * psi * w), zero)
+    return _zero_traffic(psi, n, stage, m, w, g)
 
 
 def _shard_group(strategy: object, n: int, shard_group: object) -> int:

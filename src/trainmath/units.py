@@ -1,8 +1,9 @@
 """Byte quantities that know GB (10^9 bytes) from GiB (2^30 bytes), and input checks.
 
 Decimal prefixes follow SI (BIPM, *The International System of Units*, 9th ed., Table 7);
-binary prefixes follow IEC 80000-13:2008. GPU vendors quote memory in GB on the box and
-GiB in ``nvidia-smi``; mixing the two is a 7.4% error at the GB/GiB scale.
+binary prefixes follow IEC 80000-13:2008. Mixing the two is a 7.4% error at the GB/GiB scale,
+and GPU memory mixes them: the "80GB" on an H100's box is 80 GiB of HBM, and ``nvidia-smi``
+prints MiB (:class:`trainmath.compute.GpuMemory`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ UNITS: dict[str, int] = {
 GB = UNITS["GB"]
 #: Bytes in a gibibyte, 2^30 (IEC 80000-13 prefix gibi).
 GiB = UNITS["GiB"]
+#: Bytes in a mebibyte, 2^20 (IEC 80000-13 prefix mebi): the unit ``nvidia-smi`` prints.
+MiB = UNITS["MiB"]
 
 
 def _accepted(names) -> str:

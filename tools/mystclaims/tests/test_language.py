@@ -111,3 +111,22 @@ def test_describe_spells_out_bytes_in_both_units(B):
     assert describe(B(2**30)) == "1,073,741,824 bytes = 1.0737 GB = 1 GiB"
     assert describe(Fraction(3, 4)) == "0.75"
     assert describe("text") == "'text'"
+
+
+@pytest.mark.parametrize(("text", "value", "unit"), [
+    ("two", 2, ""), ("Sixteen", 16, ""), ("twice", 2, ""), ("half", Fraction(1, 2), ""),
+    ("ninety", 90, ""), ("four bytes", 4, "bytes"), ("over twenty", 20, ""),
+])
+def test_a_claim_can_state_a_number_in_words(text, value, unit):
+    s = parse_statement(text)
+    assert (s.value, s.unit, s.half_ulp) == (value, unit, 0)  # exact: no rounding allowed
+    assert check(parse_statement("two"), 2) is None
+    assert check(parse_statement("two"), Fraction(21, 10)) == (
+        "computed 2.1, which does not round to the stated value")
+
+
+def test_number_words_need_a_known_unit_and_whole_words():
+    with pytest.raises(ClaimError, match="unknown unit 'apples'"):
+        parse_statement("two apples")
+    with pytest.raises(ClaimError, match="cannot read the stated text 'twentyfour'"):
+        parse_statement("twentyfour")

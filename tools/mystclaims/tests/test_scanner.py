@@ -89,3 +89,73 @@ def test_a_claim_that_cannot_be_read_is_kept_with_its_error():
     assert claim.where == "3:10" and "unknown unit 'GiGs'" in claim.error
     (claim,) = scan("Bad {claim}`112 GB` role.\n").claims
     assert "written 'stated text <expression>'" in claim.error
+
+
+# -- numbers in words, citation years and source links --------------------------------------------
+from mystclaims.scanner import NUMBER_WORDS, Lint  # noqa: E402
+
+
+def _reported(text, lint=None):
+    return [(u.kind, u.token, u.line) for u in scan(text, lint=lint).unchecked]
+
+
+def test_a_number_in_words_is_reported_like_a_number_in_digits():
+    text = "We use two GPUs.\nThe library knows four recipes and five optimizers.\n"
+    assert _reported(text) == [("word", "two", 1), ("word", "four", 2), ("word", "five", 2)]
+    message = scan(text).unchecked[0].message("docs/p.md")
+    assert message.startswith("docs/p.md:1: number in words 'two' in: 'We use two GPUs.'")
+    assert "{claim}`two <expr>`" in message
+
+
+def test_multiples_fractions_and_hyphenated_counts_are_numbers_too():
+    text = "Twice as many, half the size, it doubles, a two-way split, a few dozen.\n"
+    assert [t for _, t, _ in _reported(text)] == ["Twice", "half", "doubles,", "two-way", "dozen."]
+
+
+def test_one_zero_ordinals_and_names_are_not_numbers_in_words():
+    text = ("One of the GPUs, the first and second stages, no one, rounds to zero.\n"
+            "Half-precision and double precision are formats; double rounding is a name, and a "
+            "power of two or a power-of-two scale names the radix.\n")
+    assert _reported(text) == []
+    assert {"one", "zero", "first", "second"}.isdisjoint(NUMBER_WORDS)
+
+
+def test_number_words_in_claims_code_and_nonclaims_are_not_reported():
+    text = "It saves {claim}`two <x>` and `two` and {nonclaim}`Two Towers`.\n\n```text\ntwo\n```\n"
+    assert _reported(text) == []
+
+
+def test_the_word_rule_is_configurable():
+    text = "Three GPUs and a pair of nodes.\n"
+    assert _reported(text, Lint(number_words=frozenset())) == []
+    assert _reported(text, Lint(number_words=frozenset({"pair"}))) == [("word", "pair", 1)]
+    assert _reported("Three times.\n", Lint(not_numbers=frozenset({"three times"}))) == []
+
+
+def test_citation_years_pass_by_default_and_fail_for_a_site_that_cites_by_key():
+    text = "As Korthikanti et al. 2022 show, and (2022), and Kingma & Ba 2015.\n"
+    assert _reported(text) == []
+    by_key = Lint(citation_years=False)
+    assert _reported(text, by_key) == [("year", "2022", 1), ("year", "(2022),", 1),
+                                       ("year", "2015.", 1)]
+    (first,) = scan("Per Korthikanti et al. 2022.\n", lint=by_key).unchecked
+    assert first.message("p.md").startswith("p.md:1: citation year '2022.' typed in:")
+    assert "{cite:t}`key`" in first.message("p.md")
+    # a year outside a citation is an unchecked number either way
+    assert _reported("Released in 2024.\n", by_key) == [("number", "2024.", 1)]
+
+
+def test_source_links_are_reported_where_the_site_asks():
+    text = ("See [ZeRO](https://arxiv.org/abs/1910.02054), <https://doi.org/10.1109/x> and\n"
+            "https://arxiv.org/pdf/2205.05198 but [the docs](https://pytorch.org/docs) and "
+            "`https://arxiv.org/abs/1` in code are fine.\n")
+    assert _reported(text) == []
+    lint = Lint(source_links=(r"arxiv\.org", r"doi\.org"))
+    assert _reported(text, lint) == [
+        ("link", "https://arxiv.org/abs/1910.02054", 1), ("link", "https://doi.org/10.1109/x", 1),
+        ("link", "https://arxiv.org/pdf/2205.05198", 2)]
+    assert "cite it by key" in scan(text, lint=lint).unchecked[0].message("p.md")
+
+
+def test_a_sign_before_a_number_does_not_hide_it():
+    assert [t for _, t, _ in _reported("It saturates to ±448 or −57,344.\n")] == ["±448", "−57,344."]

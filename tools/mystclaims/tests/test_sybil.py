@@ -28,6 +28,18 @@ def test_the_lint_flags_a_bare_number_with_its_line():
         check_parser(lint_parser(names={"1F1B"}), "Schedule 1F1B.\n")
 
 
+def test_the_lint_takes_the_site_s_rules():
+    from mystclaims.scanner import Lint
+
+    strict = Lint(citation_years=False, source_links=(r"arxiv\.org",))
+    with pytest.raises(SybilFailure, match=r":1: citation year '2022' typed in"):
+        check_parser(lint_parser(lint=strict), "As Korthikanti et al. 2022 show.\n")
+    with pytest.raises(SybilFailure, match=r":1: link to a source 'https://arxiv.org/abs/1' typed"):
+        check_parser(lint_parser(lint=strict), "See [it](https://arxiv.org/abs/1).\n")
+    with pytest.raises(SybilFailure, match=r":1: number in words 'two' in"):
+        check_parser(lint_parser(), "We use two GPUs.\n")
+
+
 def fake_command(argv):
     if argv == ["--fail"]:
         print("prog: error: --fail is not accepted")

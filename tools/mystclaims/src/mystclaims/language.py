@@ -1,7 +1,7 @@
 """The claim language: what a stated number means, and whether a computed value bears it out.
 
 A claim states ``[qualifier] number [unit]``: ``112 GB``, ``over 100 GB``, ``7B``, ``30%``,
-``2^-14``. :func:`parse_statement` reads it exactly (as a :class:`~fractions.Fraction`) and
+``2^-14``, or a number in words: ``two``, ``Sixteen``, ``twice``, ``half`` (:data:`NUMBER_WORDS`). :func:`parse_statement` reads it exactly (as a :class:`~fractions.Fraction`) and
 :func:`check` compares a computed value with it:
 
 - an equality holds when the value rounds to the stated number at its written precision, in
@@ -63,6 +63,17 @@ MULTIPLIERS: dict[str, int] = {
     "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
 }
 
+#: Numbers a claim may state in words (any case), each exact: "two <len(xs)>", "twice <ratio>".
+NUMBER_WORDS: dict[str, Fraction] = {
+    **{w: Fraction(i) for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split())},
+    **{w: Fraction(10 * i) for i, w in enumerate(
+        "thirty forty fifty sixty seventy eighty ninety".split(), start=3)},
+    "hundred": Fraction(100), "dozen": Fraction(12),
+    "once": Fraction(1), "twice": Fraction(2), "thrice": Fraction(3), "half": Fraction(1, 2),
+}
+
 QUALIFIERS: dict[str, str] = {
     "over": ">", "more than": ">", "above": ">",
     "under": "<", "less than": "<", "below": "<",
@@ -81,6 +92,12 @@ _STATEMENT = re.compile(
     + _NUMBER
     + r"(?:(?P<suffix>[KMBT])\b|\s*(?P<word>thousand|million|billion|trillion)\b)?"
     r"\s*(?P<unit>[^\s\d].*?)?\s*$"
+)
+_WORDS = re.compile(
+    r"^(?:(?P<qual>" + "|".join(sorted(QUALIFIERS, key=len, reverse=True)) + r")\s+)?"
+    r"(?P<number>" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True)) + r")\b"
+    r"\s*(?P<unit>[^\s\d].*?)?\s*$",
+    re.IGNORECASE,
 )
 
 
@@ -122,6 +139,9 @@ def parse_statement(text: str) -> Statement:
     (Fraction(1043, 10), 'GiB', Fraction(1, 20))
     """
     plain = latex_to_text(text) if "\\" in text or "{" in text else " ".join(text.split())
+    words = _WORDS.match(plain)
+    if words:
+        return _word_statement(text, words)
     m = _STATEMENT.match(plain)
     if not m:
         raise ClaimError(
@@ -146,6 +166,16 @@ def parse_statement(text: str) -> Statement:
         raise ClaimError(f"{text!r} has both a count suffix and a unit; write one of them")
     qualifier = QUALIFIERS.get(m["qual"] or "", "=")
     return Statement(text, qualifier, sign * value * scale, unit, half_ulp * scale, scale)
+
+
+def _word_statement(text: str, m: re.Match) -> Statement:
+    """A number stated in words: exact, so an equality allows no rounding."""
+    unit = m["unit"] or ""
+    if unit not in PLAIN_UNITS and unit not in BYTE_UNITS:
+        known = ", ".join(u for u in [*BYTE_UNITS, *PLAIN_UNITS] if u)
+        raise ClaimError(f"unknown unit {unit!r} in {text!r}; accepted: {known}, or none")
+    qualifier = QUALIFIERS.get((m["qual"] or "").lower(), "=")
+    return Statement(text, qualifier, NUMBER_WORDS[m["number"].lower()], unit, Fraction(0))
 
 
 # ---------------------------------------------------------------------------------------

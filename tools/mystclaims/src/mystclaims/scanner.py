@@ -6,13 +6,18 @@ in angle brackets. Inside math the same is ``\\claim{112\\,\\text{GB}}{state.tot
 cells, ``python`` fences, ``% invisible-code-block: python`` comments) and every number in the
 prose that is neither a claim nor marked ``{nonclaim}`...``` (the lint). A claim that cannot be
 read is still returned, with its place and an ``error``, so the caller can report it there.
+
+The lint's rules are a :class:`Lint`: numbers in digits always; numbers in words
+(:data:`NUMBER_WORDS`, with :data:`NOT_NUMBERS` for the phrases that are names); and, when a
+site asks, citation years and links to sources typed in prose (a site with a bibliography cites
+by key instead).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from .language import ClaimError, parse_statement, split_claim
@@ -54,20 +59,73 @@ class Code:
 
 @dataclass(frozen=True)
 class Unchecked:
-    """A number in prose that is neither a claim nor marked as not a claim."""
+    """Something in prose the lint reports: by ``kind``, a number in digits ("number") or in
+    words ("word") that is neither a claim nor marked as not one, a citation year typed in
+    prose ("year"), or a link to a source that the bibliography should hold ("link")."""
 
     start: int
     end: int
     line: int
     token: str
     context: str
+    kind: str = "number"
 
     def message(self, path: str) -> str:
-        return (
-            f"{path}:{self.line}: unchecked number {self.token!r} in: {self.context.strip()!r}. "
-            "Make it a claim ({claim}`text <expr>`), or if it is a name or a citation mark it "
-            "{nonclaim}`text`"
-        )
+        where = f"{path}:{self.line}: "
+        context = self.context.strip()
+        if self.kind == "word":
+            return (where + f"number in words {self.token!r} in: {context!r}. Make it a claim "
+                    "(claims take number words: {claim}`two <expr>`), reword it, or if it is a "
+                    "name mark it {nonclaim}`text`")
+        if self.kind == "year":
+            return (where + f"citation year {self.token!r} typed in: {context!r}. Cite the work "
+                    "by key ({cite:t}`key` or {cite:p}`key`) so its year comes from the "
+                    "bibliography")
+        if self.kind == "link":
+            return (where + f"link to a source {self.token!r} typed in: {context!r}. Put the "
+                    "work in the bibliography and cite it by key ({cite:t}`key`)")
+        return (where + f"unchecked number {self.token!r} in: {context!r}. Make it a claim "
+                "({claim}`text <expr>`), or if it is a name or a citation mark it {nonclaim}`text`")
+
+
+#: Words the lint reads as numbers (lower case): counts, multiples and fractions. Not "one" or
+#: "zero": in prose they are far more often an article, a pronoun or a concept ("one of the
+#: GPUs", "rounds to zero") than a count; a count of one that matters is a claim all the same.
+#: Ordinals ("first", "second") are positions, not numbers, and are not listed.
+NUMBER_WORDS = frozenset("""
+    two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+    hundred hundreds thousand thousands million millions billion billions trillion trillions
+    dozen dozens twice thrice half halves halve halved halving double doubles doubled doubling
+    triple triples tripled quadruple quarter quarters
+""".split())
+#: Phrases with a number word that are names, not numbers (lower case, words joined by one
+#: space, or one hyphenated word): the formats "half precision" and "double precision",
+#: "double rounding" (the name of rounding twice) and "power of two" (two is the radix).
+NOT_NUMBERS = frozenset({
+    "half precision", "half-precision", "double precision", "double-precision",
+    "double rounding", "double-rounding", "power of two", "power-of-two", "powers of two",
+    "powers-of-two",
+})
+
+
+@dataclass(frozen=True)
+class Lint:
+    """The lint's rules for one site (see the module docstring).
+
+    ``names``: tokens that start with a digit but are names ("1F1B"). ``number_words`` and
+    ``not_numbers``: the words read as numbers and the phrases that are names (empty
+    ``number_words`` turns the word rule off). ``citation_years``: True lets a year in a
+    citation pass ("Korthikanti et al. 2022", "(2022)"); False reports it, for a site whose
+    pages cite by key. ``source_links``: regular expressions of link targets that must be cited
+    from the bibliography instead (``r"arxiv[.]org"``).
+    """
+
+    names: frozenset[str] = frozenset()
+    number_words: frozenset[str] = NUMBER_WORDS
+    not_numbers: frozenset[str] = NOT_NUMBERS
+    citation_years: bool = True
+    source_links: tuple[str, ...] = ()
 
 
 @dataclass
@@ -111,6 +169,11 @@ _BIT_FORMAT = re.compile(r"^(?:8|16|32|64)-bit$")
 _YEAR = re.compile(r"^(?:19|20)\d\d[a-z]?$")
 
 
+def _word(raw: str) -> str:
+    """A prose token as a lower-case word, without the punctuation around it."""
+    return raw.strip("([{\"'“‘*_").rstrip(")]}\"'”’.,;:!?*_").lower()
+
+
 def _cites(previous: str) -> bool:
     """Is ``previous`` the author part of a citation year: "et al.", "Ba", "(Kingma & Ba"?"""
     word = previous.lstrip("([")
@@ -133,6 +196,8 @@ _MASKED = [
     re.compile(r"^[ \t]*(?:[-*+][ \t]+)?\d+[.)][ \t]", re.MULTILINE),  # ordered-list markers
     re.compile(r"^[ \t]*\[\^[^\]]+\]:", re.MULTILINE),  # footnote definitions
 ]
+_LINK_TARGET = re.compile(r"\]\((?P<md>[^)\s]*)\)|<(?P<auto>https?://[^>\s]*)>|(?P<bare>https?://[^\s)>\]]+)")
+_SIGNS = "±−-~≈+<>≤≥"  # a sign before a number is part of it: "±448" is a number
 _MATH_CLAIM = re.compile(r"\\(?P<cmd>claim|nonclaim)\s*\{")
 _MATH_NUMBER = re.compile(r"(?<![\w.\\])\d+(?:\.\d+)?")
 
@@ -151,9 +216,11 @@ def _balanced(text: str, open_at: int) -> int | None:
 
 
 class _Scanner:
-    def __init__(self, text: str, names: frozenset[str]) -> None:
+    def __init__(self, text: str, lint: Lint) -> None:
         self.text = text
-        self.names = names
+        self.lint = lint
+        self.names = DIGIT_NAMES | lint.names
+        self.links = [re.compile(pattern) for pattern in lint.source_links]
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.page = Page()
         self.prose = [" "] * len(text)  # characters of prose, the rest blanked
@@ -312,6 +379,8 @@ class _Scanner:
                 self.math.append((m.start("body"), m.end("body")))
                 mask(m.start(), m.end())
             text = "".join(blank)
+        if self.links:
+            self.lint_links(text)
         for pattern in _MASKED:
             for m in pattern.finditer(text):
                 mask(m.start(), m.end())
@@ -332,13 +401,22 @@ class _Scanner:
             Claim(start, end, line, raw, text, expr, tolerance, in_math, error, column)
         )
 
+    def lint_links(self, text: str) -> None:
+        """Report the links to sources that the site cites by key instead (``source_links``)."""
+        for m in _LINK_TARGET.finditer(text):
+            url = m["md"] or m["auto"] or m["bare"]
+            if any(pattern.search(url) for pattern in self.links):
+                group = next(g for g in ("md", "auto", "bare") if m[g])
+                self.unchecked(m.start(group), m.end(group), url, "link")
+
     def lint_prose(self, text: str) -> None:
         tokens = list(re.finditer(r"\S+", text))
         for k, m in enumerate(tokens):
             raw = m.group()
             if not any(c.isdigit() for c in raw):
+                self.lint_word(tokens, k)
                 continue
-            token = raw.strip("([{\"'“‘*_").rstrip(")]}\"'”’.,;:!?*_")
+            token = raw.strip("([{\"'“‘*_").rstrip(")]}\"'”’.,;:!?*_").lstrip(_SIGNS)
             previous = tokens[k - 1].group().strip("([{\"'“‘*_").lower() if k else ""
             if (
                 not token
@@ -346,17 +424,44 @@ class _Scanner:
                 or token in self.names
                 or _BIT_FORMAT.match(token)
                 or previous in REFERENCE_WORDS
-                or (_YEAR.match(token) and (raw.startswith("(") or _cites(tokens[k - 1].group() if k else "")))
             ):
                 continue
-            self.unchecked(m.start(), m.end(), raw)
+            if _YEAR.match(token) and (raw.startswith("(") or _cites(tokens[k - 1].group() if k else "")):
+                if not self.lint.citation_years:
+                    self.unchecked(m.start(), m.end(), raw, "year")
+                continue
+            self.unchecked(m.start(), m.end(), raw, "number")
 
-    def unchecked(self, start: int, end: int, token: str) -> None:
+    def lint_word(self, tokens: list[re.Match], k: int) -> None:
+        """Report a number written as a word (``number_words``) unless it is part of a name."""
+        words = self.lint.number_words
+        if not words:
+            return
+        raw = tokens[k].group()
+        token = _word(raw)
+        if not any(part in words for part in token.split("-")):
+            return
+        if token in self.lint.not_numbers or self.in_phrase(tokens, k):
+            return
+        self.unchecked(tokens[k].start(), tokens[k].end(), raw, "word")
+
+    def in_phrase(self, tokens: list[re.Match], k: int) -> bool:
+        """Is token ``k`` part of one of the rules' ``not_numbers`` phrases?"""
+        for phrase in self.lint.not_numbers:
+            words = phrase.split()
+            for offset in range(len(words)):
+                first = k - offset
+                window = tokens[max(first, 0):first + len(words)]
+                if first >= 0 and [_word(w.group()) for w in window] == words:
+                    return True
+        return False
+
+    def unchecked(self, start: int, end: int, token: str, kind: str = "number") -> None:
         line = self.line_of(start)
         a = self.line_starts[line - 1]
         b = self.text.find("\n", a)
         context = self.text[a : b if b >= 0 else len(self.text)]
-        self.page.unchecked.append(Unchecked(start, end, line, token, context))
+        self.page.unchecked.append(Unchecked(start, end, line, token, context, kind))
 
     def math_regions(self) -> None:
         for start, end in self.math:
@@ -406,12 +511,18 @@ class _Scanner:
         return end_at
 
 
-def scan(text: str, names: frozenset[str] | set[str] = frozenset()) -> Page:
-    """Find the claims, the Python code and the unchecked numbers of a MyST page.
+def scan(text: str, names: frozenset[str] | set[str] = frozenset(),
+         lint: Lint | None = None) -> Page:
+    """Find the claims, the Python code and what the lint reports on a MyST page.
 
-    ``names`` are tokens that start with a digit but are names, never numbers (``1F1B``).
+    ``lint`` holds the site's rules (:class:`Lint`; the defaults when None). ``names`` are
+    tokens that start with a digit but are names, never numbers (``1F1B``), added to the
+    rules' own.
     """
-    scanner = _Scanner(text, DIGIT_NAMES | frozenset(names))
+    lint = lint or Lint()
+    if names:
+        lint = replace(lint, names=lint.names | frozenset(names))
+    scanner = _Scanner(text, lint)
     scanner.blocks()
     scanner.inline()
     scanner.math_regions()

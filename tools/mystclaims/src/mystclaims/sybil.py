@@ -20,6 +20,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.myst import CodeBlockParser, PythonCodeBlockParser
 
 from .runner import Result, check_claim
-from .scanner import Unchecked, scan
+from .scanner import Lint, Unchecked, scan
 
 #: A command run in-process: argv (without the program name) -> exit status.
 Command = Callable[[Sequence[str]], int]
@@ -44,35 +45,42 @@ def _relative(path: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def _scan(text: str, names: frozenset[str]):
-    return scan(text, names)
+def _scan(text: str, lint: Lint):
+    return scan(text, lint=lint)
 
 
-def claim_parser(names: Iterable[str] = ()) -> Callable:
+def _rules(names: Iterable[str], lint: Lint | None) -> Lint:
+    lint = lint or Lint()
+    return replace(lint, names=lint.names | frozenset(names))
+
+
+def claim_parser(names: Iterable[str] = (), lint: Lint | None = None) -> Callable:
     """A parser with one region per claim: checked after the code above it."""
-    names = frozenset(names)
+    rules = _rules(names, lint)
 
     def evaluate(example) -> str | None:
         result: Result = check_claim(example.parsed, example.namespace, {})
         return None if result.ok else result.message(_relative(example.path))
 
     def parse(document):
-        for claim in _scan(document.text, names).claims:
+        for claim in _scan(document.text, rules).claims:
             yield Region(claim.start, claim.end, claim, evaluate)
 
     return parse
 
 
-def lint_parser(names: Iterable[str] = ()) -> Callable:
-    """A parser with one failing region per number that is neither a claim nor a non-claim."""
-    names = frozenset(names)
+def lint_parser(names: Iterable[str] = (), lint: Lint | None = None) -> Callable:
+    """A parser with one failing region per thing the lint reports (:class:`~mystclaims.scanner.Lint`):
+    a number, in digits or in words, that is neither a claim nor a non-claim, and, when the
+    rules ask, a citation year or a source link typed in prose."""
+    rules = _rules(names, lint)
 
     def evaluate(example) -> str:
         number: Unchecked = example.parsed
         return number.message(_relative(example.path))
 
     def parse(document):
-        for number in _scan(document.text, names).unchecked:
+        for number in _scan(document.text, rules).unchecked:
             yield Region(number.start, number.end, number, evaluate)
 
     return parse
@@ -129,8 +137,12 @@ def close_figures(namespace: dict) -> None:
 def collect(pages: Sequence[str] = ("docs/*.md",), guides: Sequence[str] = (),
             names: Iterable[str] = (), commands: dict[str, Command] | None = None,
             excludes: Sequence[str] = ("docs/_build/*",), teardown=close_figures,
-            docstrings: Sequence[str] = (), docstring_excludes: Sequence[str] = ()):
+            docstrings: Sequence[str] = (), docstring_excludes: Sequence[str] = (),
+            lint: Lint | None = None):
     """The ``pytest_collect_file`` hook for a site: pages are linted, guides are not.
+
+    ``lint`` holds the site's lint rules (:class:`~mystclaims.scanner.Lint`: number words,
+    whether citation years and source links may be typed in prose); ``names`` add to its names.
 
     ``docstrings`` are patterns of Python files whose docstrings' ``>>>`` examples run (sybil
     imports each file as its module, so the examples see the module's namespace).
@@ -140,11 +152,11 @@ def collect(pages: Sequence[str] = ("docs/*.md",), guides: Sequence[str] = (),
     to the folder of the file that calls this (the ``conftest.py``), as in sybil itself.
     """
     root = str(Path(sys._getframe(1).f_code.co_filename).resolve().parent)
-    names = frozenset(names)
-    common = [*code_parsers(), claim_parser(names)]
+    rules = _rules(names, lint)
+    common = [*code_parsers(), claim_parser(lint=rules)]
     if commands:
         common.append(console_parser(commands))
-    page_sybil = Sybil(parsers=[*common, lint_parser(names)], patterns=list(pages),
+    page_sybil = Sybil(parsers=[*common, lint_parser(lint=rules)], patterns=list(pages),
                        excludes=list(excludes), teardown=teardown, name="pages", path=root)
     sybils = [page_sybil]
     if guides:
