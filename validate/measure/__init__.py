@@ -63,9 +63,11 @@ integers, bytes (not GB):
                           step_counters: {count, bytes, dtype}, dtypes: {...}}
         peak              steady state (the second step): {bytes, phase (forward |
                           backward | optimizer step | zero_grad), op (the aten op after
-                          which it was reached), alive: {category: bytes}}
-        first_step_peak   the same for the first step (optimizer states not yet made),
-                          without op; setup (master copies) counts in it
+                          which it was reached), alive: {category: bytes}, largest:
+                          the 8 largest storages then, [[category, aten op that
+                          allocated it, dtype, shape, bytes, phase allocated in], ...]}
+        first_step_peak   {bytes, phase, alive} for the first step (optimizer states not
+                          yet made); setup (master copies) counts in it
         phase_peaks       {phase: highest bytes alive during it}, second step
         alive_after_step  {category: bytes} alive after the second step
 """

@@ -39,17 +39,20 @@ def _entry(t) -> list:
     return [t.op, t.dtype, list(t.shape), t.nbytes, t.kind]
 
 
-def measure_saved(model: str, implementation: str, s: int, b: int = 1, precision: str = "bf16",
-                  layers: int | None = None, backward: bool = False) -> dict:
+def measure_saved(model: str | dict, implementation: str, s: int, b: int = 1, precision: str = "bf16",
+                  layers: int | None = None, backward: bool = False, fake: bool = True) -> dict:
     """Bytes ``implementation`` saves for backward for one micro-batch of ``model``.
 
     ``implementation``: reference-sdpa, reference-eager, hf-sdpa, hf-eager (see models.py);
     ``precision``: "bf16" (bf16 parameters) or "autocast-bf16" (fp32 parameters under
-    ``torch.autocast("cpu", torch.bfloat16)``); ``layers`` overrides the number of layers.
+    ``torch.autocast("cpu", torch.bfloat16)``); ``layers`` overrides the number of layers;
+    ``backward`` also runs the backward pass; ``fake=False`` runs on real tensors (small shapes
+    only: the tests compare the two).
     """
-    shape = shapes.for_length(model, s)
+    shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
     param_dtype, autocast = PRECISIONS[precision]
-    with FakeTensorMode():
+    with (FakeTensorMode() if fake else contextlib.nullcontext()):
+        torch.manual_seed(0)
         net = build(implementation, shape, param_dtype, layers)
         tokens = torch.randint(0, shape["vocab"], (b, s))
         targets = torch.randint(0, shape["vocab"], (b, s))

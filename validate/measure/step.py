@@ -123,17 +123,24 @@ def _process_group(dp: int, rank: int):
         dist.destroy_process_group()
 
 
-def measure_step(model: str, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
+def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
                  foreach: bool = False, dp: int = 1, rank: int = 0,
-                 layers: int | None = None) -> dict:
-    """Run one training step of ``model`` with ``recipe``; return its states and its peak."""
+                 layers: int | None = None, fake: bool = True, observer=None) -> dict:
+    """Run two training steps of ``model`` with ``recipe``; return the states and the peaks.
+
+    ``fake=False`` runs on real tensors (small shapes only: the tests compare the two);
+    ``observer(model, optimizer)``, if given, returns a context manager entered around the
+    second step (the tests pass PyTorch's MemTracker to check the peak).
+    """
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)}")
     if (recipe == "fsdp2-bf16") != (dp > 1):
         raise ValueError(f"dp = {dp}: fsdp2-bf16 needs dp > 1, the other recipes dp = 1")
-    shape = shapes.for_length(model, s)
+    shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
     param_dtype, autocast = _recipe_dtypes(recipe)
-    with _process_group(dp, rank) as mesh, FakeTensorMode():
+    fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    with _process_group(dp, rank) as mesh, fake_mode:
+        torch.manual_seed(0)
         net = build(implementation, shape, param_dtype, layers)
         if recipe == "fsdp2-bf16":
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -171,6 +178,7 @@ def measure_step(model: str, implementation: str, recipe: str, s: int = 2048, b:
             opt = torch.optim.AdamW(master or params, lr=1e-4, foreach=foreach)
             first = None
             for step in (1, 2):
+                watching = contextlib.nullcontext()
                 if step == 2:  # the steady state: optimizer states exist from the start
                     first = {"bytes": tracker.peak, "phase": tracker.peak_phase,
                              "alive": tracker.peak_breakdown()}
@@ -182,7 +190,13 @@ def measure_step(model: str, implementation: str, recipe: str, s: int = 2048, b:
                     if main_grads:
                         buffer.zero_()
                     tracker.reset_peak()
-                _one_step(net, recipe, params, master, opt, tokens, targets, autocast, tracker)
+                    if recipe == "fsdp2-bf16":
+                        _tag_unsharded_grads(net, tracker)
+                    if observer:
+                        watching = observer(net, opt)
+                with watching:
+                    _one_step(net, recipe, params, master, opt, tokens, targets, autocast,
+                              tracker)
             tracker.set_phase("after step")
             states = _states(params, master, opt, main_grads)
             alive_after = tracker.now()
@@ -195,6 +209,7 @@ def measure_step(model: str, implementation: str, recipe: str, s: int = 2048, b:
                 "phase": tracker.peak_phase,
                 "op": tracker.peak_op,
                 "alive": tracker.peak_breakdown(),
+                "largest": tracker.peak_largest(),
             },
             "phase_peaks": dict(tracker.phase_peaks),
             "first_step_peak": first,
@@ -238,6 +253,28 @@ def _one_step(net, recipe, params, master, opt, tokens, targets, autocast, track
                     m.grad = None
             for m, p in zip(master, params):
                 p.copy_(m)
+
+
+def _tag_unsharded_grads(net, tracker: AllocationTracker) -> None:
+    """Tag the gradients autograd accumulates into FSDP2's unsharded parameters.
+
+    They live from the layer's backward until FSDP copies them into its reduce-scatter buffer.
+    The unsharded parameters exist after the first forward pass (FSDP2 makes them lazily);
+    they are reached through FSDP2's internal FSDPParam objects, for this pinned torch.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    def tag(p):
+        tracker.tag(p.grad, "gradients")
+
+    found = 0
+    for module in net.modules():
+        if isinstance(module, FSDPModule):
+            for group in module._get_fsdp_state()._fsdp_param_groups:
+                for fsdp_param in group.fsdp_params:
+                    fsdp_param._unsharded_param.register_post_accumulate_grad_hook(tag)
+                    found += 1
+    assert found == len(list(net.parameters())), "every parameter has one FSDPParam"
 
 
 def _tag_saved(tracker: AllocationTracker):

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch._guards import active_fake_mode
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -231,6 +232,7 @@ class AllocationTracker(TorchDispatchMode):
         self.phase_peaks: dict[str, int] = {}
         self.ops = 0
         self._pending = False
+        self._propagating = 0
         self._orig_resize = None
 
     # -- registration -----------------------------------------------------------------------
@@ -306,9 +308,18 @@ class AllocationTracker(TorchDispatchMode):
             out = args[0]  # the fake kernel returns a new tensor; eager waits in place
         else:
             out = func(*args, **(kwargs or {}))
+        if self._propagating or active_fake_mode() is not self._fake_mode:
+            # DTensor's sharding propagation runs each new op once on global-shape placeholders
+            # under a FakeTensorMode (ours, if one is active) to learn the output's shape: no
+            # memory on a device. fsdp2_mem_tracker skips them by the mode's identity only,
+            # which cannot tell them apart under an outer FakeTensorMode; the propagation
+            # method is wrapped instead (see __enter__).
+            return out
         self.ops += 1
         name = getattr(func, "__name__", str(func))
         flat, _ = tree_flatten(out)
+        if kwargs and isinstance(kwargs.get("out"), torch.Tensor):
+            flat.append(kwargs["out"])  # ops that write into an out= buffer return nothing
         for t in flat:
             if isinstance(t, torch.Tensor):
                 info = self._register(t.untyped_storage(), name, tuple(t.shape), dtype_name(t.dtype))
@@ -324,8 +335,21 @@ class AllocationTracker(TorchDispatchMode):
         return out
 
     def __enter__(self):
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        self._fake_mode = active_fake_mode()  # None with real tensors
         orig = self._orig_resize = torch.UntypedStorage.resize_
         tracker = self
+        propagate = self._orig_propagate = ShardingPropagator._propagate_tensor_meta_non_cached
+
+        def propagate_tensor_meta(prop, *args, **kwargs):
+            tracker._propagating += 1
+            try:
+                return propagate(prop, *args, **kwargs)
+            finally:
+                tracker._propagating -= 1
+
+        ShardingPropagator._propagate_tensor_meta_non_cached = propagate_tensor_meta
 
         def resize_(st, size):
             before = st.nbytes()
@@ -348,7 +372,10 @@ class AllocationTracker(TorchDispatchMode):
         return super().__enter__()
 
     def __exit__(self, *exc):
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
         torch.UntypedStorage.resize_ = self._orig_resize
+        ShardingPropagator._propagate_tensor_meta_non_cached = self._orig_propagate
         return super().__exit__(*exc)
 
     # -- results ----------------------------------------------------------------------------
@@ -360,6 +387,12 @@ class AllocationTracker(TorchDispatchMode):
 
     def now(self) -> dict[str, int]:
         return self.by_category((i, i.nbytes) for i in self.live.values())
+
+    def peak_largest(self, n: int = 8) -> list[list]:
+        """The ``n`` largest storages alive at the peak: [category, op, dtype, shape, bytes, phase]."""
+        self._settle()
+        top = sorted(self.peak_live, key=lambda e: -e[1])[:n]
+        return [[i.category(), i.op, i.dtype, list(i.shape), nbytes, i.phase] for i, nbytes in top]
 
     def peak_breakdown(self) -> dict[str, int]:
         self._settle()
