@@ -42,7 +42,7 @@ def render(doc: dict) -> str:
            f"Python {v['python']}. GB = 10^9 bytes.", ""]
 
     out += ["### Model states after an AdamW step (second step, before zero_grad)", "",
-            "| model | impl | recipe | params GB | grads GB | master GB | Adam GB | total GB "
+            "| model | impl | recipe | params GB | grads GB | master GB | Adam GB | total bytes "
             "| B/param p/g/m/o = total | step counters |",
             "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
     for c in steps:
@@ -52,13 +52,13 @@ def render(doc: dict) -> str:
         sc = st["step_counters"]
         out.append(f"| {c['model']} | {c['implementation']} | {_recipe(c)} | "
                    f"{gb(st['parameters'])} | {gb(st['gradients'])} | {gb(st['master_weights'])} | "
-                   f"{gb(st['optimizer_states'])} | {gb(st['total'])} | "
+                   f"{gb(st['optimizer_states'])} | {st['total']:,} | "
                    f"{split} = {st['total'] / per:.3f} | {sc['count']} × {'/'.join(sc['dtype'])} "
                    f"= {sc['bytes']} B |")
 
     out += ["", "### Bytes saved for backward, one micro-batch (b = 1)", "",
             "| model | impl | precision | s | per layer GB | of which weight copies | "
-            "whole model GB | embedding + output + shared GB | × reference-sdpa bf16 |",
+            "whole model, bytes | embedding + output + shared GB | × reference-sdpa bf16 |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     base = {(c["model"], c["s"]): c["measured"]["total"] for c in saved
             if c["implementation"] == "reference-sdpa" and c["precision"] == "bf16"}
@@ -67,17 +67,17 @@ def render(doc: dict) -> str:
         layer = m["per_layer"][m["layer_shown"]]
         rest = m["embedding"] + m["output"] + m["shared"]
         out.append(f"| {c['model']} | {c['implementation']} | {c['precision']} | {c['s']} | "
-                   f"{gb(layer)} | {gb(m['layer_weight_copies'])} | {gb(m['total'])} | "
+                   f"{gb(layer)} | {gb(m['layer_weight_copies'])} | {m['total']:,} | "
                    f"{gb(rest)} | {m['total'] / base[(c['model'], c['s'])]:.2f} |")
 
     out += ["", "### Peak over a whole training step (steady state: the second step)", "",
-            "| model | impl | recipe | peak GB | B/param | phase | after op | alive at the peak, "
+            "| model | impl | recipe | peak, bytes | B/param | phase | after op | alive at the peak, "
             "GB | first step: GB, phase |",
             "|---|---|---|---:|---:|---|---|---|---|"]
     for c in steps:
         m, per = c["measured"], _per_param(c)
         p, f = m["peak"], m["first_step_peak"]
-        out.append(f"| {c['model']} | {c['implementation']} | {_recipe(c)} | {gb(p['bytes'])} | "
+        out.append(f"| {c['model']} | {c['implementation']} | {_recipe(c)} | {p['bytes']:,} | "
                    f"{p['bytes'] / per:.2f} | {p['phase']} | {p['op']} | "
                    f"{_alive(p['alive'], per)} | {gb(f['bytes'])}, {f['phase']} |")
     return "\n".join(out)
