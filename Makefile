@@ -31,11 +31,28 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html docs $(HTML)
 	@echo "Built the site: open $(abspath $(HTML))/index.html"
 
-# PyTorch (CPU build, pinned in the `validate` group) only for `make validate`, so `make test` stays light.
+# PyTorch and transformers (pinned in pyproject.toml's `validate` group) only for `make
+# validate`, so `make test` stays light. torch is the CPU build: the pin alone resolves on Linux x86_64 to PyPI's CUDA
+# build (torch plus nvidia-* and triton wheels, about 2.7 GB), while PyTorch's CPU index has
+# torch==$(TORCH)+cpu (about 190 MB). A +cpu wheel pip finds with no index at all (a
+# --find-links folder, as on machines that cannot reach that index) is taken first; otherwise
+# the CPU index is added to PyPI, where pip prefers the +cpu build of the same version (and
+# on macOS, which has no +cpu build, the two indexes hold the same CPU wheel).
+TORCH       := 2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# $(call install_cpu_torch,python,extra pip flags)
+define install_cpu_torch
+	$(1) -m pip install --quiet --disable-pip-version-check --no-deps --no-index 'torch==$(TORCH)+cpu' 2>/dev/null \
+	  || $(1) -m pip install --quiet --disable-pip-version-check $(2) --extra-index-url $(TORCH_INDEX) 'torch==$(TORCH)'
+endef
+
 $(VENV)/.installed-validate: $(STAMP)
+	$(call install_cpu_torch,$(PY),-c $(LOCK))
 	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) --group validate
 	touch $@
 
+# Re-measures every configuration in docs/_data/measurements.json (TRAINMATH_FULL=0: a quick
+# subset) and runs the other checks against PyTorch; `$(PY) -m validate.measure` rewrites it.
 validate: $(VENV)/.installed-validate
 	$(PY) -m pytest -q -p no:cacheprovider validate
 
@@ -48,6 +65,7 @@ lock:
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip setuptools
 	.lock-venv/bin/python -m pip install --quiet -e '.[precision]' --group test --group docs
+	$(call install_cpu_torch,.lock-venv/bin/python,)
 	.lock-venv/bin/python -m pip install --quiet --group validate
 	.lock-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -e '^trainmath' -e '^torch==' > $(LOCK)
 	rm -rf .lock-venv

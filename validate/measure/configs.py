@@ -1,0 +1,191 @@
+"""The configurations measured, each with a stable id, and the document they make."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import saved, shapes, step
+
+SCHEMA = "trainmath-measurements/1"
+OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
+
+MODELS = tuple(shapes.SHAPES)
+HF_MODELS = tuple(name for name, s in shapes.SHAPES.items() if s["family"] in ("llama", "mistral"))
+LENGTHS = (2048, 4096)
+MASTER_RECIPES = ("zero-bf16", "megatron-bf16", "bf16-master-naive", "bf16-master-free-grads")
+
+
+@dataclass(frozen=True)
+class Config:
+    kind: str  # "saved" or "step"
+    model: str
+    implementation: str
+    s: int
+    b: int = 1
+    precision: str = ""  # saved: "bf16" or "autocast-bf16"
+    recipe: str = ""  # step: one of step.RECIPES
+    foreach: bool = False
+    dp: int = 1
+    rank: int = 0
+    fast: bool = field(default=False, compare=False)  # in the quick subset the tests always run
+
+    @property
+    def id(self) -> str:
+        parts = [self.kind, self.model, self.implementation]
+        parts.append(self.precision if self.kind == "saved" else self.recipe)
+        if self.foreach:
+            parts.append("foreach")
+        if self.dp > 1:
+            parts.append(f"dp{self.dp}-rank{self.rank}")
+        parts.append(f"s{self.s}-b{self.b}")
+        return "/".join(parts)
+
+    def measure(self) -> dict:
+        if self.kind == "saved":
+            return saved.measure_saved(self.model, self.implementation, self.s, self.b,
+                                       self.precision)
+        return step.measure_step(self.model, self.implementation, self.recipe, self.s, self.b,
+                                 foreach=self.foreach, dp=self.dp, rank=self.rank)
+
+    def describe(self) -> dict:
+        out = {"id": self.id, "kind": self.kind, "model": self.model,
+               "shape": shapes.for_length(self.model, self.s), "implementation": self.implementation,
+               "s": self.s, "b": self.b}
+        if self.kind == "saved":
+            param_dtype, autocast = saved.PRECISIONS[self.precision]
+            out |= {"precision": self.precision,
+                    "dtype": {"parameters": _dt(param_dtype), "compute": _dt(autocast or param_dtype)}}
+        else:
+            param_dtype, autocast = step._recipe_dtypes(self.recipe)
+            compute = "bf16" if self.recipe == "fsdp2-bf16" else _dt(autocast or param_dtype)
+            out |= {"recipe": self.recipe,
+                    "dtype": {"parameters": _dt(param_dtype), "compute": compute},
+                    "optimizer": {"name": "torch.optim.AdamW", "foreach": self.foreach},
+                    "dp": self.dp, "rank": self.rank}
+        return out
+
+
+def _dt(dtype) -> str:
+    from .tracking import dtype_name
+    return dtype_name(dtype)
+
+
+def configurations() -> list[Config]:
+    out: list[Config] = []
+    # 2. bytes saved for backward
+    for model in MODELS:
+        for s in LENGTHS:
+            for impl in ("reference-sdpa", "reference-eager"):
+                for precision in ("bf16", "autocast-bf16"):
+                    fast = model in ("llama-2-7b", "gpt3-xl") and s == 2048
+                    out.append(Config("saved", model, impl, s, precision=precision, fast=fast))
+    for model in HF_MODELS:
+        for s in LENGTHS:
+            for impl in ("hf-sdpa", "hf-eager"):
+                for precision in ("bf16", "autocast-bf16"):
+                    fast = model == "llama-2-7b" and s == 2048
+                    out.append(Config("saved", model, impl, s, precision=precision, fast=fast))
+    # 1 and 3. a whole training step: states after it, and its peak
+    for model in MODELS:
+        fast = model == "llama-2-7b"
+        for recipe in MASTER_RECIPES:
+            out.append(Config("step", model, "reference-sdpa", 2048, recipe=recipe, fast=fast))
+        for foreach in (False, True):
+            out.append(Config("step", model, "reference-sdpa", 2048, recipe="autocast-fp32",
+                              foreach=foreach, fast=fast))
+        if model == "llama-2-7b":
+            out.append(Config("step", model, "reference-sdpa", 2048, recipe="zero-fp16"))
+            for recipe in MASTER_RECIPES:
+                out.append(Config("step", model, "hf-sdpa", 2048, recipe=recipe))
+            for foreach in (False, True):
+                out.append(Config("step", model, "hf-sdpa", 2048, recipe="autocast-fp32",
+                                  foreach=foreach))
+        for dp in (8, 64):
+            out.append(Config("step", model, "reference-sdpa", 2048, recipe="fsdp2-bf16", dp=dp,
+                              fast=model == "llama-3-8b" and dp == 64))
+    out.append(Config("step", "llama-3-8b", "reference-sdpa", 2048, recipe="fsdp2-bf16", dp=64,
+                      rank=63))
+    for dp in (8, 64):
+        out.append(Config("step", "llama-3-8b", "hf-sdpa", 2048, recipe="fsdp2-bf16", dp=dp))
+    ids = [c.id for c in out]
+    assert len(ids) == len(set(ids)), "configuration ids must be unique"
+    return out
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def methods() -> dict:
+    from . import models
+    return {
+        "saved": saved.METHOD,
+        "states": step.METHOD_STATES,
+        "peak": step.METHOD_PEAK,
+        "implementations": {
+            "reference-sdpa": "validate/measure/models.py Reference with "
+                              "F.scaled_dot_product_attention (CPU flash kernel)",
+            "reference-eager": "validate/measure/models.py Reference with softmax(QKᵀ/√d + mask)V",
+            "hf-sdpa": "transformers LlamaForCausalLM / MistralForCausalLM, "
+                       "attn_implementation='sdpa'",
+            "hf-eager": "transformers LlamaForCausalLM / MistralForCausalLM, "
+                        "attn_implementation='eager'",
+            "about": " ".join(models.__doc__.split()),
+        },
+        "precisions": {
+            "bf16": "bf16 parameters, no autocast",
+            "autocast-bf16": "fp32 parameters, forward under torch.autocast('cpu', torch.bfloat16)",
+        },
+        "recipes": " ".join(step.__doc__.split()),
+    }
+
+
+def document(results: dict[str, dict], configs: list[Config]) -> dict:
+    return {
+        "schema": SCHEMA,
+        "about": "Bytes measured with real PyTorch and Hugging Face code at full size under "
+                 "FakeTensorMode, by validate/measure (python -m validate.measure); the schema "
+                 "is documented in validate/measure/__init__.py.",
+        "date": datetime.date.today().isoformat(),
+        "versions": versions(),
+        "methods": methods(),
+        "configurations": [c.describe() | {"measured": results[c.id]} for c in configs],
+    }
+
+
+def normalise(obj):
+    """What ``obj`` reads back as from JSON (tuples become lists)."""
+    return json.loads(json.dumps(obj))
+
+
+def dumps(doc: dict) -> str:
+    """JSON with one key per line, but every list of plain values on one line."""
+    text = json.dumps(doc, indent=1, ensure_ascii=False)
+    flat = re.compile(r"\[\s*([^\[\]{}]*?)\s*\]", re.DOTALL)
+    def one_line(m):
+        if "\n" not in m[0]:
+            return m[0]
+        return "[" + ", ".join(p.strip() for p in m[1].split(",\n")) + "]" if m[1] else "[]"
+
+    out = flat.sub(one_line, text) + "\n"
+    assert json.loads(out) == doc, "the compact layout changed the data"
+    return out
+
+
+def measure_all(configs: list[Config], log=None) -> dict[str, dict]:
+    results = {}
+    for c in configs:
+        start = time.perf_counter()
+        results[c.id] = normalise(c.measure())
+        if log:
+            log(f"{time.perf_counter() - start:5.1f} s  {c.id}")
+    return results

@@ -1,0 +1,117 @@
+"""Bytes saved for backward by one forward pass of a whole model, by scope and tensor by tensor."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from . import shapes
+from .models import build, decoder_layers, loss_of
+from .tracking import SavedTensorCounter
+
+PRECISIONS = {
+    # name: (parameter dtype, autocast dtype or None)
+    "bf16": (torch.bfloat16, None),
+    "autocast-bf16": (torch.float32, torch.bfloat16),
+}
+
+METHOD = (
+    "One forward pass of the whole model at full size under FakeTensorMode (no memory is "
+    "allocated; shapes, dtypes and aliasing are PyTorch's own). A "
+    "torch.autograd.graph.saved_tensors_hooks pack hook sees every tensor saved for backward; "
+    "each storage counts once (views, and several saved tensors sharing one storage, are one). "
+    "Parameters saved by the ops that use them are not counted (reported as parameters_saved); "
+    "a 16-bit copy of a parameter that autocast makes and a matmul saves is counted, and also "
+    "reported alone as weight_copies. A TorchDispatchMode records the aten op that allocated "
+    "each storage. Per layer: forward hooks on each decoder layer scope the pack calls, so a "
+    "layer's bytes are the storages saved only by ops inside that layer (hooks scoped to one "
+    "layer, not the difference of L and L+1 layers; the tests check the two agree). Storages "
+    "saved inside more than one layer (the rotary cos/sin tables, an attention mask) are "
+    "'shared'; 'embedding' is everything saved before the first layer, 'output' after the last "
+    "(final norm, LM head, loss). The token ids count as saved inputs (the embedding's backward "
+    "scatters by them)."
+)
+
+
+def _entry(t) -> list:
+    return [t.op, t.dtype, list(t.shape), t.nbytes, t.kind]
+
+
+def measure_saved(model: str | dict, implementation: str, s: int, b: int = 1, precision: str = "bf16",
+                  layers: int | None = None, backward: bool = False, fake: bool = True) -> dict:
+    """Bytes ``implementation`` saves for backward for one micro-batch of ``model``.
+
+    ``implementation``: reference-sdpa, reference-eager, hf-sdpa, hf-eager (see models.py);
+    ``precision``: "bf16" (bf16 parameters) or "autocast-bf16" (fp32 parameters under
+    ``torch.autocast("cpu", torch.bfloat16)``); ``layers`` overrides the number of layers;
+    ``backward`` also runs the backward pass; ``fake=False`` runs on real tensors (small shapes
+    only: the tests compare the two).
+    """
+    shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
+    param_dtype, autocast = PRECISIONS[precision]
+    with (FakeTensorMode() if fake else contextlib.nullcontext()):
+        torch.manual_seed(0)
+        net = build(implementation, shape, param_dtype, layers)
+        tokens = torch.randint(0, shape["vocab"], (b, s))
+        targets = torch.randint(0, shape["vocab"], (b, s))
+        tensors = [*net.parameters(), *net.buffers()]
+        counter = SavedTensorCounter(parameters=tensors, inputs=[tokens, targets])
+        counter.scope = "embedding"
+        handles = []
+        for i, layer in enumerate(decoder_layers(net)):
+            def enter(_m, _a, i=i):
+                counter.scope = f"layer {i}"
+
+            def leave(_m, _a, _o):
+                counter.scope = "output"
+            handles += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
+        cast = (torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext())
+        with counter(), cast:
+            loss = loss_of(net, tokens, targets)
+        if backward:
+            loss.backward()
+            missing = [n for n, p in net.named_parameters() if p.grad is None]
+            assert not missing, f"no gradient reached {missing[:3]}"
+        for h in handles:
+            h.remove()
+        kernels = sorted({t.op for t in counter.saved.values()
+                          if "attention" in t.op or "softmax" in t.op})
+        result = _summarise(counter, len(decoder_layers(net)))
+        result["attention_ops"] = kernels
+        counter.release()
+        return result
+
+
+def _summarise(counter: SavedTensorCounter, n_layers: int) -> dict:
+    by_scope: dict[str, list] = {}
+    params_saved = 0
+    for t in sorted(counter.saved.values(), key=lambda t: t.order):
+        if t.kind == "parameter":
+            params_saved += t.nbytes
+            continue
+        scope = t.scopes[0] if len(set(t.scopes)) == 1 else "shared"
+        by_scope.setdefault(scope, []).append(t)
+
+    def total(scope, kind=None):
+        return sum(t.nbytes for t in by_scope.get(scope, []) if kind is None or t.kind == kind)
+
+    per_layer = [total(f"layer {i}") for i in range(n_layers)]
+    shown = 1 if n_layers > 1 else 0  # layer 0 is the same in every model here; show the second
+    everything = [t for ts in by_scope.values() for t in ts]
+    return {
+        "total": sum(t.nbytes for t in everything),
+        "weight_copies": sum(t.nbytes for t in everything if t.kind == "weight copy"),
+        "parameters_saved": params_saved,
+        "embedding": total("embedding"),
+        "per_layer": per_layer,
+        "layer_weight_copies": total(f"layer {shown}", "weight copy"),
+        "output": total("output"),
+        "shared": total("shared"),
+        "layer_shown": shown,
+        "layer_tensors": [_entry(t) for t in by_scope.get(f"layer {shown}", [])],
+        "embedding_tensors": [_entry(t) for t in by_scope.get("embedding", [])],
+        "output_tensors": [_entry(t) for t in by_scope.get("output", [])],
+        "shared_tensors": [_entry(t) for t in by_scope.get("shared", [])],
+    }
