@@ -33,12 +33,16 @@ mathjax_path = "mathjax/tex-svg.js"
 mathjax3_config = {
     "tex": {"macros": {"claim": ["{#1}", 2], "nonclaim": ["{#1}", 1]}},
     "svg": {"fontCache": "global"},
+    # Equations are not tab stops of their own: the numbers in them are (see claims.js).
+    "options": {"menuOptions": {"settings": {"inTabOrder": False}}},
 }
 
 # --- HTML -----------------------------------------------------------------------------
 html_theme = "furo"
 html_title = "trainmath"
 html_static_path = ["_static"]
+# The claims' popups, keyboard and search snippets (the extension adds claims.css).
+html_js_files = ["claims.js"]
 html_theme_options = {
     "source_edit_link": None,
     "navigation_with_keys": True,
