@@ -31,6 +31,7 @@
   var hovered = null; // record under the pointer
   var overPopup = false;
   var dismissed = null; // record closed with Escape: stays closed until left and re-entered
+  var returning = null; // record that gets the focus back from its popup on Escape
   var hideTimer = 0;
   var showTimer = 0;
   var inlineShown = false;
@@ -373,11 +374,12 @@
   function onFocusIn(e) {
     var rec = claimOf(e.target);
     if (!rec) return;
-    dismissed = null;
     rec.el.tabIndex = 0; // roving: the focused number is its block's tab stop
     claims.forEach(function (r) {
       if (r.block === rec.block && r !== rec) r.el.tabIndex = -1;
     });
+    if (returning === rec) return;
+    dismissed = null;
     show(rec, "focus");
   }
 
@@ -396,7 +398,11 @@
       var rec = active;
       dismissed = rec;
       hide();
-      if (inPopup) rec.el.focus();
+      if (inPopup) { // back to the number, and the popup stays closed
+        returning = rec;
+        rec.el.focus();
+        returning = null;
+      }
       e.preventDefault();
       e.stopPropagation();
       return;
