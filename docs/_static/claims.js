@@ -390,6 +390,13 @@
     scheduleHide();
   }
 
+  // A tap or click anywhere but the number and its popup closes it (a second quick tap may
+  // bring no mouse events at all).
+  function onPointerDown(e) {
+    if (!active || popup.contains(e.target) || claimOf(e.target)) return;
+    hide();
+  }
+
   function onKey(e) {
     if (e.altKey || e.ctrlKey || e.metaKey) return;
     var inPopup = popup && popup.contains(e.target);
@@ -527,7 +534,7 @@
     });
     bar.appendChild(toggle);
     bar.appendChild(make("span", "tm-toggle-hint",
-      "or hover or focus a dotted number to see how it was computed"));
+      "or hover over, tap or Tab to any dotted number"));
     var h1 = article.querySelector("h1");
     if (h1) h1.parentNode.insertBefore(bar, h1.nextSibling);
     else article.insertBefore(bar, article.firstChild);
@@ -669,6 +676,7 @@
     document.addEventListener("focusin", onFocusIn);
     document.addEventListener("focusout", onFocusOut);
     document.addEventListener("keydown", onKey, true);
+    document.addEventListener("pointerdown", onPointerDown, true);
     window.addEventListener("scroll", queuePlace, {capture: true, passive: true});
     window.addEventListener("resize", queuePlace, {passive: true});
     window.addEventListener("beforeprint", function () {

@@ -141,7 +141,7 @@ def start_browser(tmp: Path):
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--hide-scrollbars",
+                 "--disable-dev-shm-usage",
                  f"--user-data-dir={tmp / 'profile'}",
                  # Nothing may leave the machine, even if a page asked for it.
                  "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
@@ -283,6 +283,49 @@ def real_pointer(page, sample):
         move_away(page, escape=False)
         if popup_state(page):
             page.fail(cid, "real pointer: moving away did not close the popup")
+
+
+def real_touch(page, sample):
+    """Tap the number (opens), its popup (stays), then elsewhere (closes): a phone's way."""
+    driver = page.driver
+
+    def tap(x, y):
+        # Chromium re-sends hover from the last mouse position after each layout change; on a
+        # phone that position is where the finger was, so put the (otherwise idle) mouse there.
+        driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        driver.execute_cdp_cmd("Input.dispatchTouchEvent",
+                               {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]})
+        driver.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+        time.sleep(HIDE_WAIT)
+
+    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True,
+                                                                  "maxTouchPoints": 1})
+    try:
+        for cid in sample:
+            x, y = page.js("""
+              const el = document.getElementById(arguments[0]);
+              __tmProbe.reveal(el);
+              el.scrollIntoView({block: "center", inline: "nearest", behavior: "instant"});
+              const r = el.getBoundingClientRect();
+              return [r.left + r.width / 2, r.top + r.height / 2];
+            """, cid)
+            tap(x, y)
+            state = popup_state(page)
+            if not state or state["id"] != cid:
+                page.fail(cid, "touch: tapping the number did not open its popup")
+                continue
+            if not inside(state):
+                page.fail(cid, f"touch: the popup is not inside the viewport: {state}")
+            tap(state["left"] + 6, state["top"] + 6)
+            state = popup_state(page)
+            if not state or state["id"] != cid:
+                page.fail(cid, "touch: tapping the popup closed it")
+            spot = page.js(FREE_SPOT)
+            tap(spot[0], spot[1])
+            if popup_state(page):
+                page.fail(cid, "touch: tapping elsewhere did not close the popup")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
 
 
 def real_keyboard(page, report):
@@ -509,6 +552,18 @@ SHOTS = [  # (file stem, JS expression for the claim element)
 ]
 
 
+FREE_SPOT = """
+  const vw = document.documentElement.clientWidth, vh = document.documentElement.clientHeight;
+  for (const [x, y] of [[4, vh - 4], [vw - 4, vh - 4], [4, vh / 2], [vw / 2, vh - 4],
+                        [vw - 4, vh / 2], [4, 4]]) {
+    const e = document.elementFromPoint(x, y);
+    if (e && !e.closest("#tm-popup, .tm-claim, [data-tm-bound], a, button, label, input, summary"))
+      return [x, y];
+  }
+  return [vw - 4, vh / 2];
+"""
+
+
 def move_away(page, escape=True):
     """(Escape, and) the pointer onto a spot with no number and no popup."""
     from selenium.webdriver.common.action_chains import ActionChains
@@ -517,14 +572,7 @@ def move_away(page, escape=True):
 
     if escape:
         ActionChains(page.driver).send_keys(Keys.ESCAPE).perform()
-    spot = page.js("""
-      const vw = document.documentElement.clientWidth, vh = document.documentElement.clientHeight;
-      for (const [x, y] of [[4, vh - 4], [vw - 4, vh - 4], [4, 4], [vw / 2, vh - 4], [vw - 4, vh / 2]]) {
-        const e = document.elementFromPoint(x, y);
-        if (e && !e.closest("#tm-popup, .tm-claim, [data-tm-bound], a, button, label")) return [x, y];
-      }
-      return [vw - 4, vh / 2];
-    """)
+    spot = page.js(FREE_SPOT)
     action = ActionBuilder(page.driver, duration=60)
     action.pointer_action.move_to_location(int(spot[0]), int(spot[1]))
     action.perform()
@@ -612,6 +660,8 @@ def check_target(driver, base, root: Path, pages, report, args, probe, is_fixtur
             if not args.full_pointer:
                 sample = sample[:2] if not is_fixture else sample
             real_pointer(page, sample)
+            if width < 600:
+                real_touch(page, sample)
             if ci == 0:
                 page.load()
                 real_keyboard(page, report)
