@@ -134,8 +134,17 @@
     el.setAttribute("aria-label", label || "number");
     rec.label = label;
     el.classList.add("tm-math-claim");
+    rec.drawn = drawMath(rec);
+  }
+
+  // The hit area and the underline need the rendered box: a number in a closed dropdown or
+  // a hidden tab gets them when it is shown (see refreshMath).
+  function drawMath(rec) {
+    var el = rec.el;
+    if (!el.getClientRects().length) return false;
     try {
       var box = el.getBBox();
+      if (!box.width) return false;
       var pad = 80; // MathJax units: 1000 per em
       var hit = document.createElementNS(SVGNS, "rect");
       hit.setAttribute("class", "tm-math-hit");
@@ -159,7 +168,16 @@
       line.setAttribute("stroke-width", 45);
       line.setAttribute("stroke-dasharray", "45 75");
       el.appendChild(line);
-    } catch (e) { /* not rendered (a hidden tab): it keeps its glyphs as the hit area */ }
+      return true;
+    } catch (e) {
+      return false;
+    }
+  }
+
+  function refreshMath() {
+    claims.forEach(function (rec) {
+      if (rec.math && !rec.drawn) rec.drawn = drawMath(rec);
+    });
   }
 
   function bindAll() {
@@ -217,6 +235,9 @@
     popup = make("div", "tm-popup");
     popup.id = "tm-popup";
     popup.setAttribute("role", "tooltip");
+    // Focusable by a tap or a click (not by Tab), so a finger that lands on the popup next to
+    // its number is not moved onto the number by the browser's touch adjustment.
+    popup.tabIndex = -1;
     popup.hidden = true;
     popupBody = make("div", "tm-popup-body");
     popupKeys = make("div", "tm-popup-keys");
@@ -280,7 +301,8 @@
     hideTimer = 0;
     if (!active) return;
     var focused = claimOf(document.activeElement);
-    if (overPopup || popup.contains(document.activeElement)) return;
+    var inside = document.activeElement;
+    if (overPopup || (inside !== popup && popup.contains(inside))) return; // e.g. on its link
     if (hovered && hovered !== dismissed) return show(hovered, "hover");
     if (hovered === active || focused === active) return;
     if (focused && focused !== dismissed) return show(focused, "focus");
@@ -350,6 +372,7 @@
     var rec = claimOf(e.target);
     if (!rec || hovered === rec) return; // not a number, or moving inside the number
     hovered = rec;
+    if (rec.math && !rec.drawn) rec.drawn = drawMath(rec);
     if (rec === dismissed) return;
     dismissed = null;
     clearTimeout(showTimer);
@@ -374,6 +397,7 @@
   function onFocusIn(e) {
     var rec = claimOf(e.target);
     if (!rec) return;
+    if (rec.math && !rec.drawn) rec.drawn = drawMath(rec);
     rec.el.tabIndex = 0; // roving: the focused number is its block's tab stop
     claims.forEach(function (r) {
       if (r.block === rec.block && r !== rec) r.el.tabIndex = -1;
@@ -677,6 +701,8 @@
     document.addEventListener("focusout", onFocusOut);
     document.addEventListener("keydown", onKey, true);
     document.addEventListener("pointerdown", onPointerDown, true);
+    document.addEventListener("toggle", refreshMath, true); // a dropdown opened
+    document.addEventListener("change", refreshMath); // a tab chosen
     window.addEventListener("scroll", queuePlace, {capture: true, passive: true});
     window.addEventListener("resize", queuePlace, {passive: true});
     window.addEventListener("beforeprint", function () {

@@ -280,6 +280,11 @@ def real_pointer(page, sample):
         """)
         if not link_ok:
             page.fail(cid, "real pointer: the popup's link cannot be clicked")
+        label = driver.find_element(By.CSS_SELECTOR, "#tm-popup .tm-expr")
+        ActionChains(driver, duration=60).move_to_element(label).click().perform()
+        time.sleep(HIDE_WAIT)
+        if not popup_state(page):
+            page.fail(cid, "real pointer: a click inside the popup closed it")
         move_away(page, escape=False)
         if popup_state(page):
             page.fail(cid, "real pointer: moving away did not close the popup")
@@ -294,7 +299,7 @@ def real_touch(page, sample):
         # phone that position is where the finger was, so put the (otherwise idle) mouse there.
         driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
         driver.execute_cdp_cmd("Input.dispatchTouchEvent",
-                               {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]})
+                               {"type": "touchStart", "touchPoints": [{"x": x, "y": y, "radiusX": 1, "radiusY": 1, "force": 1}]})
         driver.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
         time.sleep(HIDE_WAIT)
 
@@ -326,6 +331,23 @@ def real_touch(page, sample):
                 page.fail(cid, "touch: tapping elsewhere did not close the popup")
     finally:
         driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
+
+
+def check_print(page, claims):
+    """Printing writes every arithmetic inline, and takes it away afterwards."""
+    from selenium.webdriver.common.print_page_options import PrintOptions
+
+    page.js("""
+      window.__tmPrint = [];
+      const count = () => document.querySelectorAll(".tm-inline:not([hidden])").length;
+      addEventListener("beforeprint", () => __tmPrint.push(count()));
+      addEventListener("afterprint", () => __tmPrint.push(count()));
+    """)
+    page.driver.print_page(PrintOptions())
+    counts = wait_for(lambda: (c := page.js("return window.__tmPrint")) and len(c) == 2 and c)
+    if not counts or counts[0] != claims or counts[1] != 0:
+        page.fail("", f"print: {claims} claims, inline arithmetic shown before/after printing: "
+                      f"{counts}")
 
 
 def real_keyboard(page, report):
@@ -665,6 +687,7 @@ def check_target(driver, base, root: Path, pages, report, args, probe, is_fixtur
             if ci == 0:
                 page.load()
                 real_keyboard(page, report)
+                check_print(page, result["stats"]["claims"])
             if is_fixture and args.screenshots:
                 page.load()
                 screenshots(page, Path(args.screenshots), f"{width}-{theme}")

@@ -45,7 +45,7 @@ window.__tmProbe = (function () {
     while (tc) {
       var label = tc.previousElementSibling;
       var input = label && label.previousElementSibling;
-      if (input && input.type === "radio") input.checked = true;
+      if (input && input.type === "radio" && !input.checked) input.click(); // as a reader would
       tc = tc.parentElement && tc.parentElement.closest(".sd-tab-content");
     }
   }
@@ -195,6 +195,14 @@ window.__tmProbe = (function () {
       target.dispatchEvent(new MouseEvent("mouseover", {bubbles: true, cancelable: true,
         relatedTarget: document.body, view: window}));
       checkPopup(c, "hover", out);
+      if (el.namespaceURI === "http://www.w3.org/2000/svg") {
+        var hit = el.querySelector(".tm-math-hit");
+        var hr = hit && hit.getBoundingClientRect();
+        if (!hr || hr.width < a.width || hr.height < a.height) {
+          out.push({id: id, how: "hover", msg: "the number in the equation has no hit area " +
+            "covering it"});
+        }
+      }
       var side = (document.getElementById("tm-popup") || {getAttribute: function () { return ""; }})
         .getAttribute("data-side");
       if (side) stats[side] = (stats[side] || 0) + 1;
