@@ -51,6 +51,7 @@ SKIP_PAGES = {"genindex.html", "search.html", "py-modindex.html"}
 class Report:
     pages: set = field(default_factory=set)
     claims_checked: int = 0
+    claims: int = 0
     configs: int = 0
     failures: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -102,15 +103,16 @@ def fixture_root(site: Path, tmp: Path) -> Path:
     return root
 
 
-def site_root(site: Path, tmp: Path, upgrade: bool) -> Path:
+def site_root(site: Path, tmp: Path, upgrade: bool) -> Path | None:
+    """The site to serve; None when it has the old claim markup and no --upgrade-legacy."""
+    if not (site / "index.html").exists():
+        sys.exit(f"error: {site} has no index.html: build the site first (make docs)")
     pages = [p for p in site.glob("*.html")]
     legacy = any("tm-claim-text" in p.read_text(encoding="utf-8") for p in pages)
     if not legacy:
         return site
     if not upgrade:
-        sys.exit(f"error: {site} uses the old claim markup (span.tm-claim-detail), not the "
-                 "template contract. Rebuild with the new extension, or pass --upgrade-legacy "
-                 "to check a converted copy.")
+        return None
     sys.path.insert(0, str(HERE))
     import legacy as legacy_markup  # noqa: PLC0415
 
@@ -667,6 +669,7 @@ def check_target(driver, base, root: Path, pages, report, args, probe, is_fixtur
             for f in page.js("return __tmProbe.checkToggle()"):
                 page.fail(f["id"], f"{f['how']}: {f['msg']}")
             if ci == 0:
+                report.claims += result["stats"]["claims"]
                 report.notes.append(
                     f"{label}: {result['stats']['claims']} claims "
                     f"({result['stats']['math']} in equations), {result['stats']['claimTabStops']} "
@@ -724,8 +727,12 @@ def main(argv=None) -> int:
         targets = []
         if not args.site_only:
             targets.append((fixture_root(site, tmp), ["index.html"], True))
-        if not args.fixture_only:
-            root = site_root(site, tmp, args.upgrade_legacy)
+        root = None if args.fixture_only else site_root(site, tmp, args.upgrade_legacy)
+        if not args.fixture_only and root is None:
+            report.fail(str(site), "", "-", "the site has the old claim markup "
+                        "(span.tm-claim-detail), not the template contract: rebuild it with the "
+                        "new extension, or pass --upgrade-legacy to check a converted copy")
+        if root is not None:
             pages = sorted(p.name for p in root.glob("*.html") if p.name not in SKIP_PAGES)
             if args.pages:
                 wanted = args.pages.split(",")
@@ -744,9 +751,9 @@ def main(argv=None) -> int:
             driver.quit()
 
     elapsed = time.monotonic() - started
-    print(f"\nclaims browser check: {len(report.pages)} pages, {report.claims_checked} claim "
-          f"checks (each hovered and focused) in {len(VIEWPORTS) * len(THEMES)} configurations "
-          f"(1280x800 and 390x844, light and dark), {elapsed:.0f} s")
+    print(f"\nclaims browser check: {len(report.pages)} pages, {report.claims} claims, each "
+          f"hovered and focused in {len(VIEWPORTS) * len(THEMES)} configurations (1280x800 and "
+          f"390x844, light and dark): {report.claims_checked} claim checks in {elapsed:.0f} s")
     for note in report.notes:
         print(f"  {note}")
     if report.failures:
