@@ -165,8 +165,8 @@
       line.setAttribute("x2", box.x + box.width);
       line.setAttribute("y1", y);
       line.setAttribute("y2", y);
-      line.setAttribute("stroke-width", 45);
-      line.setAttribute("stroke-dasharray", "45 75");
+      line.setAttribute("stroke-width", 60);
+      line.setAttribute("stroke-dasharray", "60 60");
       el.appendChild(line);
       return true;
     } catch (e) {

@@ -571,7 +571,7 @@ def check_search_unit(driver, base, root, report, config):
 SHOTS = [  # (file stem, JS expression for the claim element)
     ("line-end", "[...document.querySelectorAll('span.tm-claim')].find(e => e.textContent === '112 GB')"),
     ("table-edge", "[...document.querySelectorAll('table span.tm-claim')].pop()"),
-    ("equation", "document.querySelector('svg [data-tm-bound]')"),
+    ("equation", "document.querySelector('.math-wrapper svg [data-tm-bound]')"),
     ("failed", "document.querySelector('span.tm-claim-failed')"),
 ]
 
@@ -604,7 +604,7 @@ def move_away(page, escape=True):
 
 
 def screenshots(page, out: Path, label: str):
-    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
 
     import base64
 
@@ -614,9 +614,15 @@ def screenshots(page, out: Path, label: str):
         if el is None:
             continue
         move_away(page)
-        page.js("__tmProbe.reveal(arguments[0]);"
-                "arguments[0].scrollIntoView({block: 'center', inline: 'nearest', behavior: 'instant'});", el)
-        ActionChains(page.driver, duration=60).move_to_element(el).perform()
+        x, y = page.js("""
+          __tmProbe.reveal(arguments[0]);
+          arguments[0].scrollIntoView({block: "center", inline: "nearest", behavior: "instant"});
+          const r = arguments[0].getBoundingClientRect();
+          return [r.left + r.width / 2, r.top + r.height / 2];
+        """, el)
+        action = ActionBuilder(page.driver, duration=60)
+        action.pointer_action.move_to_location(int(x), int(y))
+        action.perform()
         wait_for(lambda: popup_state(page))
         time.sleep(0.1)
         page.driver.save_screenshot(str(out / f"fixture-{label}-{stem}.png"))
