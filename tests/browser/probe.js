@@ -179,6 +179,11 @@ window.__tmProbe = (function () {
       if (a.top < -0.5 || a.bottom > vp.h + 0.5 || a.left < -0.5 || a.right > vp.w + 0.5) {
         out.push({id: id, how: "layout", msg: "scrolled into view, the number is at " + fmt(a)});
       }
+      if (el.closest("a, .toc-tree, .toc-drawer")) {
+        out.push({id: id, how: "contract", msg: "an interactive claim inside a link or the " +
+          "table of contents (the contract renders those as span.tm-claim-plain)"});
+        return;
+      }
       if (!el.hasAttribute("data-tm-bound")) {
         out.push({id: id, how: "bind", msg: "claims.js did not bind this number"});
         return;
