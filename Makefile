@@ -6,17 +6,19 @@ STAMP  := $(VENV)/.installed
 LOCK   := requirements/constraints.txt
 HTML   := docs/_build/html
 
-.PHONY: help test docs serve validate lock clean
+.PHONY: help test docs serve validate browser lock clean
 
 help:
 	@echo "make test   run unit tests, every page's examples and claims, and the number lint"
 	@echo "make docs   build the site into $(HTML) (warnings are errors)"
 	@echo "make serve  rebuild and reload the site while you edit"
 	@echo "make validate  check the library against real PyTorch on the CPU (installs torch)"
+	@echo "make browser   check the claims' popups, keyboard and search in Chromium (apt: chromium chromium-driver)"
 	@echo "make lock   regenerate $(LOCK) from the newest compatible releases"
 
 # The project with its `precision` extra, plus the `test` and `docs` dependency groups (PEP 735,
-# pyproject.toml), and the claim machinery (tools/mystclaims), all pinned by $(LOCK). pip is upgraded first: `--group` needs pip 25.1 or newer.
+# pyproject.toml) and the claim machinery (tools/mystclaims), all pinned by $(LOCK). pip is
+# upgraded first: `--group` needs pip 25.1 or newer.
 $(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools
@@ -56,6 +58,17 @@ $(VENV)/.installed-validate: $(STAMP)
 validate: $(VENV)/.installed-validate
 	$(PY) -m pytest -q -p no:cacheprovider validate
 
+# The claims in a real browser: Debian's chromium and chromium-driver, never a downloaded one.
+$(VENV)/.installed-browser: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) --group browser
+	touch $@
+
+browser: $(VENV)/.installed-browser docs
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  echo "make browser needs Debian's Chromium: apt-get update && apt-get install -y chromium chromium-driver"; \
+	  exit 2; }
+	$(PY) tests/browser/check_claims.py --site $(HTML) $(BROWSER_ARGS)
+
 serve: $(STAMP)
 	$(VENV)/bin/sphinx-autobuild -n docs $(HTML) --watch src --ignore '*/jupyter_execute/*'
 
@@ -64,7 +77,7 @@ lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip setuptools
-	.lock-venv/bin/python -m pip install --quiet -e '.[precision]' --group test --group docs
+	.lock-venv/bin/python -m pip install --quiet -e '.[precision]' --group test --group docs --group browser
 	$(call install_cpu_torch,.lock-venv/bin/python,)
 	.lock-venv/bin/python -m pip install --quiet --group validate
 	.lock-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -e '^trainmath' -e '^torch==' > $(LOCK)

@@ -33,6 +33,8 @@ mathjax_path = "mathjax/tex-svg.js"
 mathjax3_config = {
     "tex": {"macros": {"claim": ["{#1}", 2], "nonclaim": ["{#1}", 1]}},
     "svg": {"fontCache": "global"},
+    # Equations are not tab stops of their own: the numbers in them are (see mystclaims.js).
+    "options": {"menuOptions": {"settings": {"inTabOrder": False}}},
 }
 
 # --- Bibliography: one BibTeX file, cited by key, rendered author-year ----------------------

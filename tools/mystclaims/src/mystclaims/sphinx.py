@@ -446,6 +446,6 @@ def setup(app):
     app.connect("env-purge-doc", on_purge)
     app.connect("build-finished", check_html)
     app.add_css_file("mystclaims.css")
-    app.add_js_file("mystclaims.js", loading_method="defer")
+    app.add_js_file("mystclaims.js")
     return {"version": "1.0", "parallel_read_safe": False, "parallel_write_safe": True,
             "env_version": 2}
