@@ -35,6 +35,7 @@ F = torch.nn.functional
 
 from trainmath.activations import input_activations, layer_activations, output_activations  # noqa: E402
 from trainmath.models import gpt_shape, shape  # noqa: E402
+from validate.measure.models import FusedRMSNorm  # noqa: E402
 
 BYTES = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
 
@@ -128,23 +129,9 @@ def test_gpt_layer_one_tensor_parallel_rank(b, s, h, a, tp):
 
 # --- Llama-style layer: RMSNorm, separate Q/K/V, RoPE, GQA, no dropout, SwiGLU ---------------
 
-class RMSNorm(torch.autograd.Function):
-    """Saves its input and an fp32 1/rms per token, as fused RMSNorm kernels do."""
-
-    @staticmethod
-    def forward(ctx, x, weight):
-        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)
-        ctx.save_for_backward(x, weight, rstd)
-        return (x.float() * rstd).to(x.dtype) * weight
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight, rstd = ctx.saved_tensors
-        normed = x.float() * rstd
-        grad_weight = (grad.float() * normed).sum(tuple(range(grad.dim() - 1))).to(weight.dtype)
-        g = grad.float() * weight.float()
-        grad_x = rstd * (g - normed * (g * normed).mean(-1, keepdim=True))
-        return grad_x.to(x.dtype), grad_weight
+def rms_norm(x, weight):
+    """The fused RMSNorm of the measured reference model: saves its input and an fp32 1/rms."""
+    return FusedRMSNorm.apply(x, weight, 1e-5)
 
 
 def _rotate(x, cos, sin):
@@ -162,7 +149,7 @@ def llama_layer(b, s, h, a, kv_heads, f, attention, dtype):
     rep = a // kv_heads
 
     def forward(x):
-        y = RMSNorm.apply(x, P["n1"])
+        y = rms_norm(x, P["n1"])
         q = _rotate(F.linear(y, P["wq"]).view(b, s, a, d).transpose(1, 2), cos, sin)
         k = _rotate(F.linear(y, P["wk"]).view(b, s, kv_heads, d).transpose(1, 2), cos, sin)
         v = F.linear(y, P["wv"]).view(b, s, kv_heads, d).transpose(1, 2)
@@ -174,7 +161,7 @@ def llama_layer(b, s, h, a, kv_heads, f, attention, dtype):
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             assert type(o.grad_fn).__name__ == "ScaledDotProductFlashAttentionForCpuBackward0"
         x = x + F.linear(o.transpose(1, 2).reshape(b, s, h), P["wo"])
-        y = RMSNorm.apply(x, P["n2"])
+        y = rms_norm(x, P["n2"])
         return x + F.linear(F.silu(F.linear(y, P["wg"])) * F.linear(y, P["wu"]), P["wd"])
 
     return forward, [*P.values(), cos, sin, mask]
@@ -222,7 +209,7 @@ def test_output_layer_and_loss(b, s, h, V, kind):
         if kind == "gpt":
             y = F.layer_norm(x, (h,), P["nw"], P["nb"])
         else:
-            y = RMSNorm.apply(x, P["nw"])
+            y = rms_norm(x, P["nw"])
         logits = F.linear(y, P["head"]).float()
         return F.cross_entropy(logits.view(b * s, V), targets)
 
