@@ -46,8 +46,9 @@ def test_llama_2_7b_as_trained_is_counted_tensor_by_tensor_not_by_eq1():
              + 4 * 2 * sb * f)   # SwiGLU: gate, up, SiLU(gate), their product
     embedding = 8 * sb           # int64 token ids
     output = 2 * sb * h + 4 * sb + 2 * sb * h + 4 * sb * V + 8 * sb + 4
+    rotary = 2 * 2 * s * (h // a)  # bf16 cos and sin tables (s × head_dim), shared by the layers
     got = stage_activations(preset("llama-2-7b"), s, b, attention="flash")
-    assert got.total.n == L * layer + embedding + output
+    assert got.total.n == L * layer + embedding + output + rotary
     assert got.total.format("GB", 1) == "20.7 GB"
     # eq. 1 describes a GPT layer of this width, not this model: 3.25 GB a layer, not 0.6
     assert layer_activation_bytes(s, b, h, a).n > 5 * layer

@@ -73,12 +73,15 @@ def test_preset_with_activations_and_fit(capsys):
 
 
 def test_a_gpu_kind_is_checked_against_what_nvidia_smi_reports(capsys):
-    """H100 SXM: nvidia-smi reports 81,559 MiB, 85.52 × 10^9 bytes; 112 GB is 26.48 GB over."""
-    status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-sxm")
+    """H100 SXM: nvidia-smi reports 81,559 MiB, 85.52 × 10^9 bytes. PyTorch AMP keeps 4 + 4 + 8
+    bytes per parameter (fp32 weights and gradients, Adam's fp32 m and v); with a fused AdamW
+    the step adds nothing, so the peak is the 112 GB of states: 26.48 GB over."""
+    argv = ("--params", "7B", "--recipe", "amp", "--optimizer-impl", "fused", "--gpu", "h100-sxm")
+    status, out, _ = run(capsys, "estimate", *argv)
     assert status == 0
     assert ("fits in one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it): no, "
-            "26.48 GB over") in out
-    d = estimate_json(capsys, "--params", "7B", "--gpu", "h100-sxm")
+            "26.48 GB over at the peak") in out
+    d = estimate_json(capsys, *argv)
     assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 81_559 * 2**20)
 
 
@@ -86,14 +89,17 @@ def test_the_sources_line_cites_zero_per_stage_sections(capsys):
     """ZeRO's per-stage formulas are §5.1 (P_os), §5.2 (P_g) and §5.3 (P_p), not §5.1 alone."""
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--zero", "3", "--dp", "8")
     assert status == 0
-    assert "Rajbhandari et al. 2020 (ZeRO) §5.1–5.3;" in out
+    assert "Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and" in out
 
 
 def test_readable_table(capsys):
+    """bf16-mixed: ZeRO §3.1's 2 + 2 + 4 + 8 = 16 bytes after the step, 112 GB; at the step
+    every 16-bit gradient also has an fp32 copy for the fp32 masters, 4 bytes more: 140 GB."""
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu-memory", "80GB")
     assert status == 0
     assert "  total               112.00 GB    104.31 GiB" in out
-    assert "fits in 80 GB: no, 32.00 GB over" in out
+    assert "  peak of a step      140.00 GB    130.39 GiB   (optimizer step)" in out
+    assert "fits in 80 GB: no, 60.00 GB over at the peak" in out
 
 
 @pytest.mark.parametrize("text", ["7e9", "7B", "7b", "7000000000", "7,000,000,000", "0.007T"])
@@ -109,7 +115,7 @@ def test_parse_count(text):
         (["--params", "seven"], "'seven' is not a positive whole number of parameters"),
         (["--params", "7.5"], "'7.5' is not a positive whole number of parameters"),
         (["--model", "llama-9"], "argument --model: unknown model preset 'llama-9'; accepted: llama-2-7b, "),
-        (["--params", "7e9", "--precision", "fp8"], "argument --precision: unknown precision 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16"),
+        (["--params", "7e9", "--precision", "fp8"], "argument --recipe/--precision: unknown recipe 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, zero-paper"),
         (["--params", "7e9", "--optimizer", "lion"], "argument --optimizer: unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
         (["--params", "7e9", "--zero", "4"], "argument --zero: unknown ZeRO stage '4'; accepted: 0, 1, 2, 3"),
         (["--params", "7e9", "--zero", "one"], "argument --zero: unknown ZeRO stage 'one'; accepted: 0, 1, 2, 3"),

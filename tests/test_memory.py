@@ -43,14 +43,17 @@ def test_seven_billion_walkthrough():
 
 
 def test_every_combination_is_known():
-    assert set(RECIPES) == {"fp32", "fp16-mixed", "bf16-mixed", "bf16"}
+    assert [name for name, r in RECIPES.items() if not r.framework] == [
+        "fp32", "fp16-mixed", "bf16-mixed", "bf16"]
+    assert [name for name, r in RECIPES.items() if r.framework] == [
+        "megatron", "deepspeed", "bf16-master", "bf16-master-free", "amp", "fsdp2"]
     assert set(OPTIMIZERS) == {"adam", "adamw", "sgd", "sgd-momentum", "adam-8bit"}
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"precision": "fp8-mixed"}, "unknown precision 'fp8-mixed'; accepted: fp32, fp16-mixed, bf16-mixed, bf16"),
+        ({"precision": "fp8-mixed"}, "unknown recipe 'fp8-mixed'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, zero-paper"),
         ({"optimizer_name": "lion"}, "unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
     ],
 )

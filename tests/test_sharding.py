@@ -81,7 +81,7 @@ def test_fp32_adam_has_no_master_copy_to_shard():
         ({"stage": True}, r"unknown ZeRO stage True"),
         ({"n_d": 0}, r"n_d must be a positive whole number, got 0"),
         ({"params": 1.5}, r"params must be a positive whole number, got 1.5"),
-        ({"precision": "fp8"}, r"unknown precision 'fp8'"),
+        ({"precision": "fp8"}, r"unknown recipe 'fp8'"),
         ({"optimizer_name": "lion"}, r"unknown optimizer 'lion'"),
     ],
 )
@@ -347,7 +347,7 @@ def test_fsdp2_rank_even_split_is_zero_3():
         ((UNITS, 4, 0, "fp32", "adam-8bit"), "unknown optimizer 'adam-8bit' for FSDP2; accepted: adam, adamw, sgd, sgd-momentum"),
         (([[()]], 4, 0), r"a parameter shape must be a non-empty tuple of sizes, got \(\)"),
         (([[(0, 3)]], 4, 0), "parameter dimension must be a positive whole number, got 0"),
-        ((UNITS, 4, 0, "fp8"), "unknown precision 'fp8'"),
+        ((UNITS, 4, 0, "fp8"), "unknown recipe 'fp8'"),
     ],
 )
 def test_fsdp2_rank_bad_input(args, message):

@@ -95,7 +95,7 @@ def _zero_states(psi: int, n: int, stage: int, per: BytesPerParam) -> ShardedSta
         n_d=n,
         stage=stage,
         weights=share(per.weights, stage >= 3),
-        gradients=share(per.gradients, stage >= 2),
+        gradients=share(per.gradients, stage >= 2) + share(per.gradient_copy, stage >= 1),
         master_weights=share(per.master_weights, stage >= 1),
         optimizer_states=share(per.optimizer_states, stage >= 1),
     )
@@ -129,7 +129,7 @@ def min_ranks(
     per = bytes_per_param(precision, optimizer_name)
     # total(N_d) = fixed + sharded / N_d: the unsharded kinds stay whole on every rank.
     fixed = psi * ((per.weights if s < 3 else 0) + (per.gradients if s < 2 else 0)
-                   + (per.optimizer_side if s < 1 else 0))
+                   + (per.optimizer_side + per.gradient_copy if s < 1 else 0))
     sharded = psi * per.total - fixed
     if room <= 0 or fixed >= room:
         return None
@@ -462,11 +462,13 @@ def fsdp2_dtypes(precision: str = "fp32") -> tuple[int, int]:
     """(bytes of a stored sharded parameter and its gradient, bytes of a gathered one).
 
     Under ``MixedPrecisionPolicy(param_dtype=bf16)`` the fp32 parameter is itself the master
-    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits when it all-gathers
-    (torch 2.13's ``fully_shard``; checked by validate/test_fsdp.py).
+    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits (the recipe's
+    compute format) when it all-gathers (torch 2.13's ``fully_shard``; checked by
+    validate/test_fsdp.py). The ``fsdp2`` recipe is that setup: ``fsdp2_dtypes("fsdp2")`` is
+    ``fsdp2_dtypes("bf16-mixed")``.
     """
     r = recipe(precision)
-    return (r.master_weights or r.weights, r.weights)
+    return (r.master_weights or r.weights, r.compute)
 
 
 def fsdp2_rank(
