@@ -169,3 +169,43 @@ def test_command_is_fast_and_runs_as_a_module():
         assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["params"] == 70_553_706_496
     assert best < 0.3, f"trainmath estimate took {best:.3f} s"
+
+
+# -- recipes, implementations and the peak ---------------------------------------------------
+def test_recipe_and_implementation_reach_the_json(capsys):
+    d = estimate_json(capsys, "--model", "llama-2-7b", "--seq-len", "2048", "--recipe", "megatron",
+                      "--implementation", "hf-eager", "--optimizer-impl", "for-loop")
+    assert (d["inputs"]["recipe"], d["inputs"]["implementation"], d["inputs"]["optimizer_impl"]) \
+        == ("megatron", "hf-eager", "for-loop")
+    assert d["inputs"]["attention"] == "eager" and d["inputs"]["assumed"] == []
+    # Megatron-LM's 18 bytes: bf16 weights, fp32 main_grad, fp32 master, Adam
+    assert d["per_device"]["gradients"] == 4 * 6_738_415_616
+    # measured in PyTorch, Hugging Face LlamaForCausalLM, eager attention, s 2048: 38,314,483,724
+    # bytes saved for backward (docs/_data/measurements.json)
+    assert d["per_device"]["activations"] == 38_314_483_724
+    assert set(d["peak"]) == {"bytes", "phase", "moment", "pipeline_stage", "parts"}
+
+
+def test_the_precision_flag_is_the_recipe_flag(capsys):
+    assert estimate_json(capsys, "--params", "7e9", "--precision", "fp32") == \
+        estimate_json(capsys, "--params", "7e9", "--recipe", "fp32")
+    zp = estimate_json(capsys, "--params", "7e9", "--recipe", "zero-paper")
+    assert zp["inputs"]["recipe"] == "bf16-mixed" and zp["per_device"]["total"] == 112 * GB
+
+
+def test_the_output_says_what_it_assumed(capsys):
+    status, out, _ = run(capsys, "estimate", "--model", "llama-3-8b", "--seq-len", "8192")
+    assert status == 0
+    assert ("assumed (as llama-3-8b is commonly trained): recipe bf16-mixed, kernels megatron-te, "
+            "the recipe's fused optimizer step") in out
+    assert "megatron-te kernels (flash attention)" in out
+
+
+def test_help_names_the_new_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--recipe NAME, --precision NAME", "--implementation NAME", "--optimizer-impl IMPL",
+                 "bf16-master-free, amp, fsdp2, zero-paper", "megatron-te, megatron-eager, hf-sdpa, "
+                 "hf-eager", "fused, foreach, for-loop"):
+        assert text in out, text

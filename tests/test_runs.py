@@ -268,3 +268,67 @@ def test_docstring_examples():
     result = doctest.testmod(importlib.import_module("trainmath.runs"))
     assert result.attempted >= 4 and result.failed == 0
     assert isinstance(estimate(run(7_000_000_000)), Estimate)
+
+
+# -- what a preset is trained with, and the peak of a step ---------------------------------------
+def test_a_preset_is_estimated_with_the_kernels_it_is_trained_with():
+    """Issue 10, finding 10: Llama-3-8B at 8192 tokens with FlashAttention-style kernels keeps
+    48.4 GB of activations, not eager attention's 189 GB, and the run says it assumed them."""
+    e = estimate(run("llama-3-8b", seq_len=8192))
+    assert e.training.implementation == "megatron-te" and e.training.attention == "flash"
+    assert e.run.assumed == ("recipe", "implementation", "optimizer_impl")
+    assert e.activations.format("GB", 1) == "48.4 GB"
+    eager = estimate(run("llama-3-8b", seq_len=8192, attention="eager"))
+    assert eager.training.implementation == "megatron-eager"
+    assert eager.activations.format("GB", 0) == "189 GB"
+    given = run("llama-3-8b", recipe="megatron", implementation="hf-sdpa", optimizer_impl="fused")
+    assert given.assumed == ()
+
+
+def test_the_peak_counts_the_logits_and_fits_uses_it():
+    """The loss keeps a log-softmax in fp32 (saved) and its backward two more fp32 tensors over
+    the vocabulary: for Llama-3-8B at 8192 tokens, 2 × 4 × 8192 × 128,256 bytes on top of the
+    states and activations (nll_loss_backward, _log_softmax_backward_data)."""
+    e = estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm"))
+    top = e.peak.peak
+    assert top.phase == "backward" and "the loss's gradient" in top.when
+    assert top.as_dict()["logits"] == Bytes(2 * 4 * 8192 * 128_256)
+    assert e.fits is (e.peak.bytes <= e.run.gpu.memory)
+    d = e.to_dict()
+    assert d["peak"]["bytes"] == -(-e.peak.bytes.n // 1) and d["peak"]["phase"] == "backward"
+    assert d["per_device"]["total"] == sum(v for k, v in d["per_device"].items() if k != "total")
+
+
+def test_foreach_adamw_adds_four_bytes_per_parameter_at_the_step():
+    """torch.optim.AdamW's foreach path: _foreach_sqrt of every second moment at once, 4 bytes a
+    parameter (measured: the step of Llama-2-7B peaks at 20.00 bytes per parameter)."""
+    e = estimate(run(7_000_000_000, recipe="amp", optimizer_impl="foreach"))
+    assert e.peak.phase == "optimizer step"
+    assert e.peak.bytes == Bytes(20 * 7_000_000_000)
+    assert estimate(run(7_000_000_000, recipe="amp", optimizer_impl="fused")).peak.bytes == \
+        Bytes(16 * 7_000_000_000)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: run("llama-2-7b", seq_len=8192),
+         "seq_len 8192 is longer than the 4096 positions llama-2-7b was trained for"),
+        (lambda: run("gpt3-175b", seq_len=4096),
+         "seq_len 4096 is longer than the 2048 positions gpt3-175b was trained for"),
+        (lambda: run(7e9, recipe="fsdp2", zero_stage=1),
+         "ZeRO stage 1 is not one recipe 'fsdp2' offers; accepted: 3"),
+        (lambda: run(7e9, recipe="deepspeed", zero_stage=0),
+         "ZeRO stage 0 is not one recipe 'deepspeed' offers; accepted: 1, 2, 3"),
+        (lambda: run("llama-2-7b", implementation="hf-sdpa", tp=2),
+         "implementation 'hf-sdpa': Hugging Face's Llama/Mistral kernels cannot run tp = 2"),
+        (lambda: run("llama-2-7b", implementation="hf-eager", attention="flash"),
+         "attention 'flash' contradicts implementation 'hf-eager'"),
+        (lambda: run("llama-2-70b", recipe="fsdp2", pp=2), "recipe 'fsdp2' with pp > 1"),
+        (lambda: run(7e9, optimizer_impl="apex"),
+         "unknown optimizer implementation 'apex'; accepted: fused, foreach, for-loop"),
+    ],
+)
+def test_bad_training_choices_name_the_value(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -170,8 +170,9 @@ RECIPES: dict[str, Recipe] = {
             "PyTorch FSDP2: fully_shard with MixedPrecisionPolicy(param_dtype=torch.bfloat16, "
             "reduce_dtype=torch.float32): fp32 sharded parameters (their own master copy), fp32 "
             "sharded gradients and Adam, 16/N bytes per parameter; units are all-gathered in bf16 "
-            "and their gradients reduce-scattered in fp32 (torch.distributed.fsdp.fully_shard)",
-            compute=2, stages=(2, 3), default_stage=3, reduce_bytes=4, framework="PyTorch FSDP2",
+            "and their gradients reduce-scattered in fp32 (torch.distributed.fsdp.fully_shard); its "
+            "reshard_after_forward=False (ZeRO-2 at the peak) is not modelled",
+            compute=2, stages=(3,), default_stage=3, reduce_bytes=4, framework="PyTorch FSDP2",
         ),
     )
 }
