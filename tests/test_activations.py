@@ -46,8 +46,9 @@ def test_llama_2_7b_as_trained_is_counted_tensor_by_tensor_not_by_eq1():
              + 4 * 2 * sb * f)   # SwiGLU: gate, up, SiLU(gate), their product
     embedding = 8 * sb           # int64 token ids
     output = 2 * sb * h + 4 * sb + 2 * sb * h + 4 * sb * V + 8 * sb + 4
+    rotary = 2 * 2 * s * (h // a)  # bf16 cos and sin tables (s × head_dim), shared by the layers
     got = stage_activations(preset("llama-2-7b"), s, b, attention="flash")
-    assert got.total.n == L * layer + embedding + output
+    assert got.total.n == L * layer + embedding + output + rotary
     assert got.total.format("GB", 1) == "20.7 GB"
     # eq. 1 describes a GPT layer of this width, not this model: 3.25 GB a layer, not 0.6
     assert layer_activation_bytes(s, b, h, a).n > 5 * layer
@@ -257,3 +258,93 @@ def test_embedding_and_output_layer_section_4_3():
     assert last.inputs.n == 0 and last.outputs == out.total and last.held == 1
     first = stage_activations(m, s, b, tp=tp, sequence_parallel=True, pp=4)
     assert first.outputs.n == 0 and first.inputs == emb.total * 4
+
+
+# -- implementation profiles ------------------------------------------------------------------
+from trainmath.activations import (IMPLEMENTATIONS, implementation, kernels_problem,  # noqa: E402
+                                   rotary_activations)
+from trainmath.models import modified  # noqa: E402
+from trainmath.precision import activation_coefficients  # noqa: E402
+
+
+def test_profiles():
+    assert list(IMPLEMENTATIONS) == ["megatron-te", "megatron-eager", "hf-sdpa", "hf-eager"]
+    assert [(i.family, i.attention) for i in IMPLEMENTATIONS.values()] == [
+        ("megatron", "flash"), ("megatron", "eager"), ("hf", "flash"), ("hf", "eager")]
+    with pytest.raises(ValueError, match="unknown implementation 'vllm'; accepted: megatron-te"):
+        implementation("vllm")
+
+
+def test_hugging_face_llama_layer_by_hand():
+    """transformers' LlamaRMSNorm (modeling_llama.py): hidden_states.to(float32) saves an fp32
+    copy of the input (4sbh), rsqrt an fp32 1/rms per token, weight * x.to(input_dtype) the
+    16-bit normalised input (2sbh) and its output feeds the projections (2sbh). SDPA with
+    is_causal and native GQA keeps Q, K, V at their widths, the output and an fp32 log-sum-exp;
+    the MLP is eager SwiGLU (4 × 2sbf). Measured in PyTorch: 381,960,192 bytes for Llama-2-7B at
+    s = 2048 (docs/_data/measurements.json, hf-sdpa bf16)."""
+    s, b, h, a, f = 2048, 1, 4096, 32, 11008
+    sb = s * b
+    norm = 4 * sb * h + 4 * sb + 2 * sb * h + 2 * sb * h
+    attention = 2 * sb * h * 4 + 4 * a * sb
+    mlp = 4 * 2 * sb * f
+    layer = layer_activations(preset("llama-2-7b"), s, b, implementation="hf-sdpa")
+    assert layer.total.n == 2 * norm + attention + mlp == 381_960_192
+
+
+def test_hugging_face_eager_softmax_is_fp32_beside_its_16_bit_copy():
+    """eager_attention_forward: softmax(..., dtype=torch.float32).to(query.dtype): 4 + 2 bytes per
+    score, where Megatron-style eager attention keeps 2."""
+    s, a = 2048, 32
+    hf = layer_activations(preset("llama-2-7b"), s, 1, implementation="hf-eager")
+    hf_flash = layer_activations(preset("llama-2-7b"), s, 1, implementation="hf-sdpa")
+    meg = layer_activations(preset("llama-2-7b"), s, 1, implementation="megatron-eager")
+    meg_flash = layer_activations(preset("llama-2-7b"), s, 1, implementation="megatron-te")
+    lse = 4 * a * s  # flash keeps this instead; eager's context is the size of flash's output
+    assert (hf.total - hf_flash.total).n == (4 + 2) * a * s * s - lse
+    assert (meg.total - meg_flash.total).n == 2 * a * s * s - lse
+
+
+def test_mistral_window_mask_from_a_sequence_as_long_as_the_window():
+    """transformers' _ignore_causal_mask_sdpa keeps a mask once kv_length >= the sliding window;
+    use_gqa_in_sdpa then repeats K and V (no native GQA with a mask), and PyTorch's SDPA saves
+    the additive 16-bit b·s² mask. Below the window, Llama-3-8B's layer."""
+    mistral, llama3 = preset("mistral-7b"), preset("llama-3-8b")
+    below = layer_activations(mistral, 2048, 1, implementation="hf-sdpa")
+    assert below == layer_activations(llama3, 2048, 1, implementation="hf-sdpa")
+    at = layer_activations(mistral, 4096, 1, implementation="hf-sdpa")
+    plain = layer_activations(llama3, 4096, 1, implementation="hf-sdpa")
+    kv = 1024
+    assert (at.total - plain.total).n == 2 * 4096 * 4096 + 2 * 2 * 4096 * (4096 - kv)
+    assert at.total.n == 906_526_720  # measured: mistral-7b hf-sdpa bf16 s4096, one layer
+
+
+def test_autocast_gpt_layer_is_38_and_7():
+    """Under torch.autocast a GPT layer keeps sbh(38 + 7as/h) bytes plus the norms' statistics
+    and the weight copies: the tensors trainmath.precision.activation_coefficients derives from
+    Korthikanti et al.'s list (the same rule, counted two ways)."""
+    gpt = gpt_shape("g", layers=2, hidden=2048, heads=16, vocab=50257, positions=2048)
+    s = 2048
+    sbh, as2b = activation_coefficients(2, autocast=True)
+    layer = layer_activations(gpt, s, 1, attention="eager", autocast=True)
+    assert layer.korthikanti.n == sbh * s * 2048 + as2b * 16 * s * s
+    assert layer.weight_copies.n == 2 * 12 * 2048 * 2048  # every Linear weight, 16 bits
+
+
+def test_rotary_tables_are_shared_once_per_forward():
+    """cos and sin, s × head_dim each, in the hidden states' format (fp32 under autocast)."""
+    llama = preset("llama-2-7b")
+    assert rotary_activations(llama, 2048).total.n == 2 * 2 * 2048 * 128
+    assert rotary_activations(llama, 2048, autocast=True).total.n == 2 * 4 * 2048 * 128
+    assert rotary_activations(gpt_shape("g", layers=1, hidden=64, heads=4, vocab=10,
+                                        positions=16), 16).total.n == 0
+
+
+def test_hugging_face_kernels_need_a_llama_shape_and_no_model_parallelism():
+    gpt = modified(preset("llama-2-7b"), mlp="gelu", norm="layernorm", dropout=True)
+    with pytest.raises(ValueError, match="Hugging Face's Llama/Mistral kernels cannot run"):
+        layer_activations(gpt, 2048, 1, implementation="hf-sdpa")
+    assert "tp = 2" in kernels_problem(preset("llama-2-7b"), "hf", tp=2)
+    assert kernels_problem(preset("llama-2-7b"), "megatron", tp=2) is None
+    with pytest.raises(ValueError, match="attention 'eager' contradicts implementation 'hf-sdpa'"):
+        layer_activations(preset("llama-2-7b"), 2048, 1, implementation="hf-sdpa",
+                          attention="eager")

@@ -73,12 +73,15 @@ def test_preset_with_activations_and_fit(capsys):
 
 
 def test_a_gpu_kind_is_checked_against_what_nvidia_smi_reports(capsys):
-    """H100 SXM: nvidia-smi reports 81,559 MiB, 85.52 × 10^9 bytes; 112 GB is 26.48 GB over."""
-    status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu", "h100-sxm")
+    """H100 SXM: nvidia-smi reports 81,559 MiB, 85.52 × 10^9 bytes. PyTorch AMP keeps 4 + 4 + 8
+    bytes per parameter (fp32 weights and gradients, Adam's fp32 m and v); with a fused AdamW
+    the step adds nothing, so the peak is the 112 GB of states: 26.48 GB over."""
+    argv = ("--params", "7B", "--recipe", "amp", "--optimizer-impl", "fused", "--gpu", "h100-sxm")
+    status, out, _ = run(capsys, "estimate", *argv)
     assert status == 0
     assert ("fits in one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it): no, "
-            "26.48 GB over") in out
-    d = estimate_json(capsys, "--params", "7B", "--gpu", "h100-sxm")
+            "26.48 GB over at the peak") in out
+    d = estimate_json(capsys, *argv)
     assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 81_559 * 2**20)
 
 
@@ -86,14 +89,17 @@ def test_the_sources_line_cites_zero_per_stage_sections(capsys):
     """ZeRO's per-stage formulas are §5.1 (P_os), §5.2 (P_g) and §5.3 (P_p), not §5.1 alone."""
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--zero", "3", "--dp", "8")
     assert status == 0
-    assert "Rajbhandari et al. 2020 (ZeRO) §5.1–5.3;" in out
+    assert "Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and" in out
 
 
 def test_readable_table(capsys):
+    """bf16-mixed: ZeRO §3.1's 2 + 2 + 4 + 8 = 16 bytes after the step, 112 GB; at the step
+    every 16-bit gradient also has an fp32 copy for the fp32 masters, 4 bytes more: 140 GB."""
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpu-memory", "80GB")
     assert status == 0
     assert "  total               112.00 GB    104.31 GiB" in out
-    assert "fits in 80 GB: no, 32.00 GB over" in out
+    assert "  peak of a step      140.00 GB    130.39 GiB   (optimizer step)" in out
+    assert "fits in 80 GB: no, 60.00 GB over at the peak" in out
 
 
 @pytest.mark.parametrize("text", ["7e9", "7B", "7b", "7000000000", "7,000,000,000", "0.007T"])
@@ -109,7 +115,7 @@ def test_parse_count(text):
         (["--params", "seven"], "'seven' is not a positive whole number of parameters"),
         (["--params", "7.5"], "'7.5' is not a positive whole number of parameters"),
         (["--model", "llama-9"], "argument --model: unknown model preset 'llama-9'; accepted: llama-2-7b, "),
-        (["--params", "7e9", "--precision", "fp8"], "argument --precision: unknown precision 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16"),
+        (["--params", "7e9", "--precision", "fp8"], "argument --recipe/--precision: unknown recipe 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, zero-paper"),
         (["--params", "7e9", "--optimizer", "lion"], "argument --optimizer: unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
         (["--params", "7e9", "--zero", "4"], "argument --zero: unknown ZeRO stage '4'; accepted: 0, 1, 2, 3"),
         (["--params", "7e9", "--zero", "one"], "argument --zero: unknown ZeRO stage 'one'; accepted: 0, 1, 2, 3"),
@@ -163,3 +169,43 @@ def test_command_is_fast_and_runs_as_a_module():
         assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["params"] == 70_553_706_496
     assert best < 0.3, f"trainmath estimate took {best:.3f} s"
+
+
+# -- recipes, implementations and the peak ---------------------------------------------------
+def test_recipe_and_implementation_reach_the_json(capsys):
+    d = estimate_json(capsys, "--model", "llama-2-7b", "--seq-len", "2048", "--recipe", "megatron",
+                      "--implementation", "hf-eager", "--optimizer-impl", "for-loop")
+    assert (d["inputs"]["recipe"], d["inputs"]["implementation"], d["inputs"]["optimizer_impl"]) \
+        == ("megatron", "hf-eager", "for-loop")
+    assert d["inputs"]["attention"] == "eager" and d["inputs"]["assumed"] == []
+    # Megatron-LM's 18 bytes: bf16 weights, fp32 main_grad, fp32 master, Adam
+    assert d["per_device"]["gradients"] == 4 * 6_738_415_616
+    # measured in PyTorch, Hugging Face LlamaForCausalLM, eager attention, s 2048: 38,314,483,724
+    # bytes saved for backward (docs/_data/measurements.json)
+    assert d["per_device"]["activations"] == 38_314_483_724
+    assert set(d["peak"]) == {"bytes", "phase", "moment", "pipeline_stage", "parts"}
+
+
+def test_the_precision_flag_is_the_recipe_flag(capsys):
+    assert estimate_json(capsys, "--params", "7e9", "--precision", "fp32") == \
+        estimate_json(capsys, "--params", "7e9", "--recipe", "fp32")
+    zp = estimate_json(capsys, "--params", "7e9", "--recipe", "zero-paper")
+    assert zp["inputs"]["recipe"] == "bf16-mixed" and zp["per_device"]["total"] == 112 * GB
+
+
+def test_the_output_says_what_it_assumed(capsys):
+    status, out, _ = run(capsys, "estimate", "--model", "llama-3-8b", "--seq-len", "8192")
+    assert status == 0
+    assert ("assumed (as llama-3-8b is commonly trained): recipe bf16-mixed, kernels megatron-te, "
+            "the recipe's fused optimizer step") in out
+    assert "megatron-te kernels (flash attention)" in out
+
+
+def test_help_names_the_new_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--recipe NAME, --precision NAME", "--implementation NAME", "--optimizer-impl IMPL",
+                 "bf16-master-free, amp, fsdp2, zero-paper", "megatron-te, megatron-eager, hf-sdpa, "
+                 "hf-eager", "fused, foreach, for-loop"):
+        assert text in out, text

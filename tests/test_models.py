@@ -1,3 +1,4 @@
+import math
 from dataclasses import replace
 
 import pytest
@@ -166,3 +167,44 @@ def test_the_coefficients_the_pages_state_are_the_papers():
     weights = parts.per_layer - parts.per_layer_norms - (4 * h + 5 * h)  # minus the biases
     assert weights == MEGATRON_WEIGHTS_PER_H2 * h * h
     assert parts.per_layer - weights == MEGATRON_VECTORS_PER_H * h
+
+
+# -- positions, layouts and how the presets are trained ----------------------------------------
+from trainmath.activations import IMPLEMENTATIONS  # noqa: E402
+from trainmath.memory import RECIPES  # noqa: E402
+from trainmath.models import (CUSTOM_DEFAULTS, TRAINING_DEFAULTS, param_shapes,  # noqa: E402
+                              trained_with)
+
+
+def test_presets_know_their_positions():
+    """max_position_embeddings of each config.json (Llama-2: 4096, Llama-3: 8192, Mistral-7B-v0.1:
+    32768 with a 4096 sliding window); GPT-3: n_ctx 2048, its learned positions."""
+    expect = {"llama-2-7b": 4096, "llama-2-70b": 4096, "llama-3-8b": 8192, "llama-3-70b": 8192,
+              "mistral-7b": 32768, "gpt3-175b": 2048}
+    assert {k: preset(k).max_positions for k in expect} == expect
+    assert preset("mistral-7b").sliding_window == 4096
+    assert preset("gpt3-175b").positions == 2048
+
+
+def test_param_shapes_count_the_tensors_adam_steps():
+    """torch.optim.AdamW keeps one step counter per tensor: 291 for Llama-2-7B and Llama-3-8B
+    (9 per layer, the embedding, the final norm and the LM head) and 292 for a 24-layer GPT
+    with fused QKV (12 per layer, token and position embeddings, the final LayerNorm's gain and
+    bias), as counted in PyTorch (docs/_data/measurements.json, step counters)."""
+    assert param_shapes(preset("llama-2-7b")).tensors == 291
+    assert param_shapes(preset("llama-3-8b")).tensors == 291
+    xl = gpt_shape("gpt3-xl", layers=24, hidden=2048, heads=16, vocab=50257, positions=2048)
+    assert param_shapes(xl).tensors == 292
+    for m in (*PRESETS.values(), xl):
+        ps = param_shapes(m)
+        size = lambda shapes: sum(math.prod(t) for t in shapes)  # noqa: E731
+        assert ps.layers * size(ps.layer) + size(ps.root) == param_count(m)
+    assert param_shapes(preset("llama-3-8b")).largest == 128256 * 4096
+
+
+def test_training_defaults_name_known_recipes_and_kernels():
+    assert set(TRAINING_DEFAULTS) == set(PRESETS)
+    for d in (*TRAINING_DEFAULTS.values(), CUSTOM_DEFAULTS):
+        assert d.recipe in RECIPES and d.implementation in IMPLEMENTATIONS and d.source
+    assert trained_with(preset("llama-3-8b")).implementation == "megatron-te"
+    assert trained_with(modified(preset("llama-3-8b"), layers=2)) is CUSTOM_DEFAULTS

@@ -1,6 +1,7 @@
 """The drift check itself, on this site's pages: a changed digit must fail, with its place."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,7 @@ def test_drift_fails_make_test_with_file_line_stated_and_computed(tmp_path):
     assert "{claim}`56 GB <state.optimizer_states>`" in page
     docs = tmp_path / "docs"
     docs.mkdir()
+    shutil.copytree(ROOT / "docs" / "_data", docs / "_data")  # the data files pages read
     (docs / "page.md").write_text(
         page.replace("{claim}`56 GB <state.optimizer_states>`", "{claim}`57 GB <state.optimizer_states>`")
         + "\nA new sentence says 300 GPUs.\n"

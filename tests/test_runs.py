@@ -92,11 +92,12 @@ def test_first_pipeline_stage_holds_all_layers_worth():
     one_layer = estimate(run(m, seq_len=s)).layer.total
     plain = estimate(run(m, seq_len=s, pp=4, global_batch=16))
     assert plain.pipeline_stage == 0
-    first = plain.stages[0]
+    first, first_saved = plain.stages[0], plain.saved[0]
     assert first.activations > one_layer * 32  # 32 layers' worth, plus the embedding
     inter = estimate(run(m, seq_len=s, pp=4, v=2, global_batch=16))
     extra = inter.stages[0].activations - first.activations
-    assert extra == one_layer * 32 * Fraction(3, 8)  # (pp-1)/(pp·v) = 3/8
+    tables = inter.saved[0].shared - first_saved.shared  # rotary tables: one pair per chunk forward
+    assert extra == one_layer * 32 * Fraction(3, 8) + tables  # (pp-1)/(pp·v) = 3/8
 
 
 def test_bubble_narayanan():
@@ -116,7 +117,7 @@ def test_flash_attention_needs_no_scores():
 
 def test_fp32_keeps_activations_in_4_bytes():
     """The compute format sets the activations' bytes: Llama's layer has no 1-byte masks."""
-    half, full = (estimate(run("llama-3-8b", seq_len=4096, attention="eager", precision=p)).layer
+    half, full = (estimate(run("llama-3-8b", seq_len=4096, attention="eager", recipe=p)).layer
                   for p in ("bf16-mixed", "fp32"))
     assert full.korthikanti == half.korthikanti * 2
 
@@ -141,12 +142,14 @@ def test_fits_against_the_gpu():
 
 def test_a_gpu_kind_fits_against_what_nvidia_smi_reports():
     """An H100 "80GB" reports 81,559 MiB (nvidia-smi): 112 GB of state still does not fit one,
-    and a run of 84 GB, over the label read as 80 × 10^9 bytes, does."""
+    and a run of 84 GB, over the label read as 80 × 10^9 bytes, does. PyTorch AMP keeps 16 bytes
+    per parameter (4 + 4 + 8) and a fused AdamW adds nothing at the step: the peak is the states."""
     h100 = Gpu(kind="h100-sxm")
     assert h100.memory.n == 81_559 * 2**20 and h100.name == "H100 SXM"
-    assert estimate(run(7_000_000_000, gpu="h100-sxm")).fits is False
-    assert estimate(run(5_250_000_000, gpu="h100-sxm")).fits is True  # 84 GB
-    assert estimate(run(5_250_000_000, gpu_memory="80GB")).fits is False
+    amp = dict(recipe="amp", optimizer_impl="fused")
+    assert estimate(run(7_000_000_000, gpu="h100-sxm", **amp)).fits is False
+    assert estimate(run(5_250_000_000, gpu="h100-sxm", **amp)).fits is True  # 84 GB
+    assert estimate(run(5_250_000_000, gpu_memory="80GB", **amp)).fits is False
     d = estimate(run(7_000_000_000, gpu="h200")).to_dict()["inputs"]
     assert (d["gpu"], d["gpu_memory"]) == ("h200", 143_771 * 2**20)
 
@@ -188,7 +191,7 @@ def test_the_command_prints_the_library_estimate():
                      seq_len=8192, global_batch=1024, attention="flash", gpu_memory="80GB"))
     assert out.getvalue() == e.to_json() + "\n"
     d = json.loads(out.getvalue())
-    assert list(d) == ["params", "per_device", "activations_per_layer",
+    assert list(d) == ["params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
                        "microbatches", "pipeline_bubble", "gpus", "fits", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
@@ -210,8 +213,8 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: run(0), r"model \(a ModelShape or a parameter count\) must be a positive whole "
                          "number, got 0"),
         (lambda: run(7.5e9 + 0.5), "must be a positive whole number, got 7500000000.5"),
-        (lambda: run(7e9, precision="fp8"), "unknown precision 'fp8'; accepted: fp32, fp16-mixed, "
-                                            "bf16-mixed, bf16"),
+        (lambda: run(7e9, recipe="fp8"), "unknown recipe 'fp8'; accepted: fp32, fp16-mixed, "
+                                         "bf16-mixed, bf16, megatron, deepspeed"),
         (lambda: run(7e9, optimizer="lion"), "unknown optimizer 'lion'; accepted: adam, adamw, "),
         (lambda: run(7e9, zero_stage=4), "unknown ZeRO stage 4; accepted: 0, 1, 2, 3"),
         (lambda: run(7e9, recompute="some"), "unknown recompute 'some'; accepted: none, selective, full"),
@@ -233,7 +236,7 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: run("llama-2-7b", dp=3, global_batch=16),
          "global batch 16 is not divisible by dp × micro-batch = 3 × 1 = 3"),
         (lambda: run("llama-3-70b", pp=4, v=3), "layers 80 is not divisible by pp × v = 4 × 3 = 12"),
-        (lambda: run("llama-3-70b", cp=2, seq_len=8192),
+        (lambda: run("llama-3-70b", cp=2, seq_len=8192, attention="eager"),
          r"context parallelism \(cp = 2\) is modelled with attention='flash' only"),
     ],
 )
@@ -265,3 +268,67 @@ def test_docstring_examples():
     result = doctest.testmod(importlib.import_module("trainmath.runs"))
     assert result.attempted >= 4 and result.failed == 0
     assert isinstance(estimate(run(7_000_000_000)), Estimate)
+
+
+# -- what a preset is trained with, and the peak of a step ---------------------------------------
+def test_a_preset_is_estimated_with_the_kernels_it_is_trained_with():
+    """Issue 10, finding 10: Llama-3-8B at 8192 tokens with FlashAttention-style kernels keeps
+    48.4 GB of activations, not eager attention's 189 GB, and the run says it assumed them."""
+    e = estimate(run("llama-3-8b", seq_len=8192))
+    assert e.training.implementation == "megatron-te" and e.training.attention == "flash"
+    assert e.run.assumed == ("recipe", "implementation", "optimizer_impl")
+    assert e.activations.format("GB", 1) == "48.4 GB"
+    eager = estimate(run("llama-3-8b", seq_len=8192, attention="eager"))
+    assert eager.training.implementation == "megatron-eager"
+    assert eager.activations.format("GB", 0) == "189 GB"
+    given = run("llama-3-8b", recipe="megatron", implementation="hf-sdpa", optimizer_impl="fused")
+    assert given.assumed == ()
+
+
+def test_the_peak_counts_the_logits_and_fits_uses_it():
+    """The loss keeps a log-softmax in fp32 (saved) and its backward two more fp32 tensors over
+    the vocabulary: for Llama-3-8B at 8192 tokens, 2 × 4 × 8192 × 128,256 bytes on top of the
+    states and activations (nll_loss_backward, _log_softmax_backward_data)."""
+    e = estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm"))
+    top = e.peak.peak
+    assert top.phase == "backward" and "the loss's gradient" in top.when
+    assert top.as_dict()["logits"] == Bytes(2 * 4 * 8192 * 128_256)
+    assert e.fits is (e.peak.bytes <= e.run.gpu.memory)
+    d = e.to_dict()
+    assert d["peak"]["bytes"] == -(-e.peak.bytes.n // 1) and d["peak"]["phase"] == "backward"
+    assert d["per_device"]["total"] == sum(v for k, v in d["per_device"].items() if k != "total")
+
+
+def test_foreach_adamw_adds_four_bytes_per_parameter_at_the_step():
+    """torch.optim.AdamW's foreach path: _foreach_sqrt of every second moment at once, 4 bytes a
+    parameter (measured: the step of Llama-2-7B peaks at 20.00 bytes per parameter)."""
+    e = estimate(run(7_000_000_000, recipe="amp", optimizer_impl="foreach"))
+    assert e.peak.phase == "optimizer step"
+    assert e.peak.bytes == Bytes(20 * 7_000_000_000)
+    assert estimate(run(7_000_000_000, recipe="amp", optimizer_impl="fused")).peak.bytes == \
+        Bytes(16 * 7_000_000_000)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: run("llama-2-7b", seq_len=8192),
+         "seq_len 8192 is longer than the 4096 positions llama-2-7b was trained for"),
+        (lambda: run("gpt3-175b", seq_len=4096),
+         "seq_len 4096 is longer than the 2048 positions gpt3-175b was trained for"),
+        (lambda: run(7e9, recipe="fsdp2", zero_stage=1),
+         "ZeRO stage 1 is not one recipe 'fsdp2' offers; accepted: 3"),
+        (lambda: run(7e9, recipe="deepspeed", zero_stage=0),
+         "ZeRO stage 0 is not one recipe 'deepspeed' offers; accepted: 1, 2, 3"),
+        (lambda: run("llama-2-7b", implementation="hf-sdpa", tp=2),
+         "implementation 'hf-sdpa': Hugging Face's Llama/Mistral kernels cannot run tp = 2"),
+        (lambda: run("llama-2-7b", implementation="hf-eager", attention="flash"),
+         "attention 'flash' contradicts implementation 'hf-eager'"),
+        (lambda: run("llama-2-70b", recipe="fsdp2", pp=2), "recipe 'fsdp2' with pp > 1"),
+        (lambda: run(7e9, optimizer_impl="apex"),
+         "unknown optimizer implementation 'apex'; accepted: fused, foreach, for-loop"),
+    ],
+)
+def test_bad_training_choices_name_the_value(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

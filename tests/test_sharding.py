@@ -81,7 +81,7 @@ def test_fp32_adam_has_no_master_copy_to_shard():
         ({"stage": True}, r"unknown ZeRO stage True"),
         ({"n_d": 0}, r"n_d must be a positive whole number, got 0"),
         ({"params": 1.5}, r"params must be a positive whole number, got 1.5"),
-        ({"precision": "fp8"}, r"unknown precision 'fp8'"),
+        ({"precision": "fp8"}, r"unknown recipe 'fp8'"),
         ({"optimizer_name": "lion"}, r"unknown optimizer 'lion'"),
     ],
 )
@@ -143,6 +143,41 @@ def test_gathered_units_and_prefetch():
     assert fsdp_memory(7e9, 8, "NO_SHARD", unit_params=layer).transient == Bytes(0)
 
 
+def test_fsdp2_fp32_reduce_and_the_root_unit_finding_11():
+    """FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), Llama-2-7B on 8
+    ranks. Expected values measured in PyTorch 2.13 (docs/_data/measurements.json,
+    step/llama-2-7b/reference-sdpa/fsdp2-bf16/dp8-rank0, alive at the peak): gathered
+    1,333,829,632 bytes (two decoder layers and the root, bf16), reduce-scatter buffers
+    809,533,440 (one layer's gradients upcast to fp32), unsharded gradients 667M (a layer's bf16
+    gradients and the LM head's and final norm's)."""
+    layer, h, V = 202_383_360, 4096, 32000
+    root, head = 2 * V * h + h, V * h + h  # embedding, final norm, LM head; LM head + norm
+    m = fsdp_memory(6_738_415_616, 8, "FULL_SHARD", unit_params=layer, precision="fsdp2",
+                    reduce_dtype="fp32", root_params=root, head_params=head)
+    assert m.gathered_params == Bytes(1_333_829_632)
+    assert m.reduce_buffer == Bytes(809_533_440)
+    assert m.unsharded_grads == Bytes(768_110_592 - 101_191_680)  # less the sharded layer's
+    # 6 bytes per parameter of a unit while it reduces, not 2: its bf16 gradients and fp32 copy
+    assert (m.reduce_buffer + Bytes(2 * layer)) == Bytes(6 * layer)
+    plain = fsdp_memory(6_738_415_616, 8, "FULL_SHARD", unit_params=layer, precision="fsdp2")
+    assert plain.reduce_buffer == Bytes(0) and plain.gathered_params == Bytes(4 * layer)
+
+
+def test_fsdp_memory_agrees_with_the_step_peak():
+    """One definition of the FSDP transient: fsdp_memory and the moment of the step's peak where
+    a layer's backward holds the previous layer's reduce-scatter input (trainmath.peak)."""
+    from trainmath import estimate, run
+    e = estimate(run("llama-2-7b", recipe="fsdp2", dp=8, seq_len=2048))
+    (moment,) = [m for m in e.peak.moments if "reduce-scatter input held" in m.when]
+    parts = moment.as_dict()
+    layer, h, V = 202_383_360, 4096, 32000
+    m = fsdp_memory(6_738_415_616, 8, "FULL_SHARD", unit_params=layer, precision="fsdp2",
+                    reduce_dtype="fp32", root_params=2 * V * h + h, head_params=V * h + h)
+    assert parts["gathered parameters"] == m.gathered_params
+    assert parts["reduce-scatter buffers"] == m.reduce_buffer
+    assert parts["unsharded gradients"] == m.unsharded_grads
+
+
 def test_offload_moves_and_keeps():
     opt = fsdp_memory(7e9, 8, "SHARD_GRAD_OP", offload="optimizer")  # ZeRO-Offload
     assert opt.device.total == opt.device.weights == Bytes(14 * GB)
@@ -170,6 +205,9 @@ def test_offload_moves_and_keeps():
         ({"unit_params": -1}, r"unit_params must be a whole number from 0 to params \(1000\), got -1"),
         ({"unit_params": 2000}, r"unit_params must be a whole number from 0 to params"),
         ({"prefetch": -1}, "prefetch must be a whole number >= 0, got -1"),
+        ({"root_params": 2000}, r"root_params must be a whole number from 0 to params"),
+        ({"root_params": 10, "head_params": 20}, "head_params 20 exceeds root_params 10"),
+        ({"reduce_dtype": "fp64"}, "unknown dtype 'fp64'; accepted: fp32, bf16, fp16, fp8"),
     ],
 )
 def test_fsdp_memory_bad_input(kwargs, message):
@@ -347,7 +385,7 @@ def test_fsdp2_rank_even_split_is_zero_3():
         ((UNITS, 4, 0, "fp32", "adam-8bit"), "unknown optimizer 'adam-8bit' for FSDP2; accepted: adam, adamw, sgd, sgd-momentum"),
         (([[()]], 4, 0), r"a parameter shape must be a non-empty tuple of sizes, got \(\)"),
         (([[(0, 3)]], 4, 0), "parameter dimension must be a positive whole number, got 0"),
-        ((UNITS, 4, 0, "fp8"), "unknown precision 'fp8'"),
+        ((UNITS, 4, 0, "fp8"), "unknown recipe 'fp8'"),
     ],
 )
 def test_fsdp2_rank_bad_input(args, message):

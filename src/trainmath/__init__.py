@@ -3,7 +3,7 @@
 One module per topic, pure functions over small frozen dataclasses:
 
 - :mod:`trainmath.units`: byte quantities that know GB (10^9) from GiB (2^30);
-- :mod:`trainmath.memory`: bytes per parameter of training state, and totals;
+- :mod:`trainmath.memory`: bytes per parameter of training state by recipe, and totals;
 - :mod:`trainmath.models`: transformer shapes and their parameter counts;
 - :mod:`trainmath.activations`: the bytes a layer saves for backward, tensor by tensor;
 - :mod:`trainmath.precision`: floating-point formats, rounding and loss scaling (needs the
@@ -12,6 +12,8 @@ One module per topic, pure functions over small frozen dataclasses:
 - :mod:`trainmath.sharding`: ZeRO stages, FSDP strategies, their traffic and FSDP2's bytes;
 - :mod:`trainmath.parallelism`: dp × tp × pp × cp layouts: per-device memory, traffic, bubble;
 - :mod:`trainmath.runs`: one run's memory per device, the entry point the command uses;
+- :mod:`trainmath.peak`: the peak of a training step, when each kind of memory is alive;
+- :mod:`trainmath.measured`: the predictions for the configurations measured in PyTorch;
 - :mod:`trainmath.compute`: training FLOPs, GPU peaks, MFU/HFU and time to train;
 - :mod:`trainmath.cli`: the ``trainmath`` command.
 """

@@ -138,6 +138,71 @@ MLP_KERNELS = ("eager", "fused")
 MASK_BYTES = 1
 #: Bytes of one norm statistic (fp32, as the CUDA LayerNorm and RMSNorm kernels keep them).
 STAT_BYTES = 4
+#: Kernel families: "megatron" is the kernel set Megatron-LM runs with Transformer Engine (fused
+#: norms that save their 16-bit input and fp32 statistics, 1-byte dropout masks, softmax kept in
+#: the compute format); "hf" is Hugging Face transformers' ``LlamaForCausalLM`` and
+#: ``MistralForCausalLM`` (see :data:`IMPLEMENTATIONS`).
+KERNEL_FAMILIES = ("megatron", "hf")
+#: Bytes of an fp32 value: the residual stream under autocast, softmax in fp32, the loss's
+#: log-softmax, FlashAttention's log-sum-exp.
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A named set of kernels: which training code's saved tensors a count describes.
+
+    ``family`` is one of :data:`KERNEL_FAMILIES` and ``attention`` one of
+    :data:`ATTENTION_KINDS`. Every profile is checked against what that code saves in PyTorch
+    (docs/_data/measurements.json, :mod:`trainmath.measured`), per layer and for the whole model.
+    """
+
+    name: str
+    family: str
+    attention: str
+    description: str
+
+
+#: The implementation profiles by name (``implementation=``; the command's ``--implementation``).
+#:
+#: :meta hide-value:
+IMPLEMENTATIONS: dict[str, Implementation] = {
+    i.name: i
+    for i in (
+        Implementation(
+            "megatron-te", "megatron", "flash",
+            "Megatron-LM with Transformer Engine, today's kernels: fused LayerNorm/RMSNorm that "
+            "save their 16-bit input and fp32 statistics, FlashAttention (Q, K and V at their own "
+            "widths, the output and an fp32 log-sum-exp; no s×s tensor), 1-byte dropout masks; "
+            "SwiGLU eager or fused (mlp_kernel)",
+        ),
+        Implementation(
+            "megatron-eager", "megatron", "eager",
+            "the same kernels with unfused attention (Megatron-LM's core attention, Korthikanti "
+            "et al. 2022 §4.1): K and V repeated to all heads, the softmax output kept in the "
+            "compute format, its dropout mask and output",
+        ),
+        Implementation(
+            "hf-sdpa", "hf", "flash",
+            "Hugging Face transformers LlamaForCausalLM / MistralForCausalLM with "
+            "attn_implementation='sdpa': LlamaRMSNorm keeps an fp32 copy of its input, a 16-bit "
+            "copy of the normalised input and its output; SDPA runs a flash kernel with native "
+            "grouped-query attention, except where Mistral's sliding-window mask is materialised "
+            "(s at least the window): K and V repeated and a 16-bit s×s mask in every layer",
+        ),
+        Implementation(
+            "hf-eager", "hf", "eager",
+            "the same with attn_implementation='eager': K and V repeated to all heads, softmax in "
+            "fp32 saved beside its 16-bit copy (eager_attention_forward in "
+            "transformers/models/llama/modeling_llama.py)",
+        ),
+    )
+}
+
+
+def implementation(name: str) -> Implementation:
+    """The implementation profile called ``name``; a ValueError lists the known ones."""
+    return IMPLEMENTATIONS[choice("implementation", name, IMPLEMENTATIONS)]
 
 
 @dataclass(frozen=True)
@@ -146,12 +211,15 @@ class Saved:
 
     ``statistic`` marks the norms' per-token statistics (LayerNorm's mean and 1/σ, RMSNorm's
     1/rms): Korthikanti et al. 2022 §4.1 leave such small buffers out of their count.
+    ``weight_copy`` marks the 16-bit copy of a weight that ``torch.autocast`` makes for a
+    matrix multiply and saves for its backward: memory of the step, not an activation.
     """
 
     block: str
     name: str
     bytes: Bytes
     statistic: bool = False
+    weight_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,16 +235,22 @@ class LayerActivations:
 
     @property
     def korthikanti(self) -> Bytes:
-        """The count as Korthikanti et al. 2022 make it: without the norms' statistics."""
-        return sum((t.bytes for t in self.tensors if not t.statistic), Bytes(0))
+        """The count as Korthikanti et al. 2022 make it: without the norms' statistics (and
+        without autocast's weight copies, which are not activations)."""
+        return sum((t.bytes for t in self.tensors if not (t.statistic or t.weight_copy)), Bytes(0))
 
     @property
     def statistics(self) -> Bytes:
-        """The norms' per-token statistics alone (the difference of the two totals)."""
-        return self.total - self.korthikanti
+        """The norms' per-token statistics alone."""
+        return sum((t.bytes for t in self.tensors if t.statistic), Bytes(0))
+
+    @property
+    def weight_copies(self) -> Bytes:
+        """The 16-bit weight copies ``torch.autocast`` saves (zero without autocast)."""
+        return sum((t.bytes for t in self.tensors if t.weight_copy), Bytes(0))
 
     def by_block(self) -> dict[str, Bytes]:
-        """Bytes per block ("norms", "attention", "MLP"), statistics included."""
+        """Bytes per block ("norms", "attention", "MLP", ...), statistics included."""
         blocks: dict[str, Bytes] = {}
         for t in self.tensors:
             blocks[t.block] = blocks.get(t.block, Bytes(0)) + t.bytes
@@ -197,6 +271,46 @@ def check_context_parallel(cp: int, attention: str) -> None:
         )
 
 
+def kernels_problem(model: ModelShape, family: str, *, tp: int = 1, sequence_parallel: bool = False,
+                    cp: int = 1, recompute: str = "none", mlp_kernel: str = "eager") -> str | None:
+    """What the "hf" kernel family cannot run, as a sentence, or None.
+
+    Hugging Face's ``LlamaForCausalLM`` and ``MistralForCausalLM`` have RMSNorm, a SwiGLU MLP
+    (eager), rotary positions and no dropout, and their training loop has no tensor, sequence or
+    context parallelism and no selective recomputation (``gradient_checkpointing`` recomputes
+    whole layers: ``recompute="full"``). The "megatron" family runs every shape and layout.
+    """
+    if family != "hf":
+        return None
+    wrong = []
+    if model.norm != "rmsnorm" or model.mlp != "swiglu" or model.dropout or model.positions:
+        wrong.append(f"{model.name!r} has norm={model.norm!r}, mlp={model.mlp!r}, "
+                     f"dropout={model.dropout}, positions={model.positions} (Llama and Mistral "
+                     "have rmsnorm, swiglu, no dropout, rotary positions)")
+    if tp > 1 or cp > 1 or sequence_parallel:
+        wrong.append(f"tp = {tp}, cp = {cp}, sequence_parallel = {bool(sequence_parallel)} "
+                     "(accepted: tp = cp = 1, no sequence parallelism)")
+    if recompute == "selective":
+        wrong.append("recompute 'selective' (accepted: none, or full, its gradient checkpointing)")
+    if mlp_kernel != "eager":
+        wrong.append(f"mlp_kernel {mlp_kernel!r} (accepted: eager)")
+    if not wrong:
+        return None
+    return "Hugging Face's Llama/Mistral kernels cannot run " + "; ".join(wrong)
+
+
+def _kernels(implementation_name: str | None, attention: str | None) -> tuple[str, str]:
+    """(family, attention) from an implementation profile or a bare attention kind."""
+    if implementation_name is None:
+        return "megatron", choice("attention", "eager" if attention is None else attention,
+                                  ATTENTION_KINDS)
+    impl = implementation(implementation_name)
+    if attention is not None and attention != impl.attention:
+        raise ValueError(f"attention {attention!r} contradicts implementation {impl.name!r}, whose "
+                         f"attention is {impl.attention!r}; give one of them")
+    return impl.family, impl.attention
+
+
 def layer_activations(
     model: ModelShape,
     s: int,
@@ -206,11 +320,13 @@ def layer_activations(
     sequence_parallel: bool = False,
     cp: int = 1,
     recompute: str = "none",
-    attention: str = "eager",
+    attention: str | None = None,
     value_bytes: int = 2,
     mask_bytes: int = MASK_BYTES,
     stat_bytes: int = STAT_BYTES,
     mlp_kernel: str = "eager",
+    implementation: str | None = None,
+    autocast: bool = False,
 ) -> LayerActivations:
     """The tensors one layer of ``model`` saves for backward, on one device.
 
@@ -218,7 +334,9 @@ def layer_activations(
     generalised to any shape of :mod:`trainmath.models`), for sequence length ``s`` and
     micro-batch ``b``, with ``value_bytes`` per activation (2: bf16/fp16), ``mask_bytes`` per
     dropout-mask entry (1: a bool mask) and ``stat_bytes`` per norm statistic (4: fp32, as
-    the CUDA LayerNorm/RMSNorm kernels keep them).
+    the CUDA LayerNorm/RMSNorm kernels keep them). ``implementation`` names a profile of
+    :data:`IMPLEMENTATIONS` (its kernels and its attention); without one, the Megatron-style
+    kernels with ``attention`` ("eager" unless given).
 
     - **norms** save their input and per-token statistics; their output is the saved input of
       the next projections (one storage, counted once).
@@ -236,6 +354,30 @@ def layer_activations(
       SwiGLU (``mlp_kernel="fused"``, Megatron-LM, Transformer Engine) saves the gate-and-up
       output and the down projection's input (3 × ffn wide), see :data:`MLP_KERNELS`.
     - dropout after attention and after the MLP saves a mask of ``mask_bytes`` per value.
+
+    **Hugging Face's kernels** (family "hf": ``LlamaRMSNorm`` and ``eager_attention_forward``
+    in ``transformers/models/llama/modeling_llama.py``, ``sdpa_attention_forward`` in
+    ``transformers/integrations/sdpa_attention.py``): ``LlamaRMSNorm`` computes
+    ``hidden_states.to(torch.float32)``, which saves an fp32 copy of its input for the
+    multiply by 1/rms, then ``self.weight * hidden_states.to(input_dtype)``, which saves the
+    16-bit normalised input (besides its output, the projections' input). Eager attention runs
+    ``softmax(..., dtype=torch.float32).to(query.dtype)``: the fp32 probabilities and their
+    16-bit copy are both saved. SDPA gets no mask for causal attention (``is_causal``) and runs
+    a flash kernel with native grouped-query attention (``use_gqa_in_sdpa``: no mask); a
+    sliding window as long as the sequence or shorter is a mask it must materialise
+    (``_ignore_causal_mask_sdpa`` in ``transformers/masking_utils.py``: ``kv_length >=
+    local_attention_size``), and then K and V are repeated to all heads and PyTorch's SDPA
+    converts the boolean mask to an additive 16-bit one (``torch.where``) that its kernel saves,
+    b·s² values in every layer.
+
+    **torch.autocast** over fp32 parameters (``autocast=True``, the ``amp`` recipe): the
+    residual stream is fp32, so the norms keep fp32 inputs (4 bytes); autocast casts the input
+    of every Linear to 16 bits for that Linear alone, so the Q, K and V projections save three
+    copies of the normed input and gate and up two (one each for a fused QKV or a GeLU MLP);
+    softmax runs in fp32 (autocast's float32 list) and its 16-bit copy feeds attention over V;
+    and every Linear's 16-bit weight copy is saved for backward (``weight_copy``). These are
+    the tensors :class:`SavedTensor` marks ``autocast_fp32`` for eq. 1's layer
+    (:func:`trainmath.precision.activation_coefficients`: 38 and 7 for a GPT layer).
 
     Parallelism (Korthikanti et al. 2022 §4.2, Table 2, where the tensor-parallel size is
     written t): with tensor-parallel size ``tp`` the tensors inside the column/row-parallel
@@ -256,7 +398,7 @@ def layer_activations(
     mask_bytes = positive_int("mask_bytes", mask_bytes)
     stat_bytes = positive_int("stat_bytes", stat_bytes)
     recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
-    attention = choice("attention", attention, ATTENTION_KINDS)
+    family, attention = _kernels(implementation, attention)
     mlp_kernel = choice("mlp_kernel", mlp_kernel, MLP_KERNELS)
     _divides("heads", model.heads, tp, "tp (tensor-parallel size)")
     _divides("kv_heads", model.kv_heads, tp, "tp (tensor-parallel size)")
@@ -266,37 +408,76 @@ def layer_activations(
     elif cp > 1:
         _divides("s (sequence length)", s, cp, "cp (context-parallel size)")
     check_context_parallel(cp, attention)
+    problem = kernels_problem(model, family, tp=tp, sequence_parallel=sequence_parallel, cp=cp,
+                              recompute=recompute, mlp_kernel=mlp_kernel)
+    if problem:
+        raise ValueError(problem)
     return _layer(model, s, b, tp, bool(sequence_parallel), cp, recompute, attention,
-                  value_bytes, mask_bytes, stat_bytes, mlp_kernel)
+                  value_bytes, mask_bytes, stat_bytes, mlp_kernel, family, bool(autocast))
+
+
+def _projections(model: ModelShape, block: str) -> int:
+    """Linear layers that read one norm's output: Q, K and V (one fused matrix for GPT-style
+    shapes, :func:`trainmath.models.param_shapes`), or the MLP's first one (gate and up: two)."""
+    if model.mlp == "gelu":
+        return 1
+    return 3 if block == "attention" else 2
 
 
 def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
            recompute: str, attention: str, value_bytes: int, mask_bytes: int,
-           stat_bytes: int, mlp_kernel: str = "eager") -> LayerActivations:
+           stat_bytes: int, mlp_kernel: str = "eager", family: str = "megatron",
+           autocast: bool = False) -> LayerActivations:
     """:func:`layer_activations` on inputs already checked (by it, or by ``estimate.Run``)."""
     h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
     tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
     split = Fraction(1, tp)  # share of a tensor-parallel-split tensor
     rep = split if sequence_parallel else Fraction(1)  # share of a replicated tensor
     v, m = value_bytes, mask_bytes
+    r = FP32_BYTES if autocast else v  # the residual stream: fp32 parameters under autocast
+    hf = family == "hf"
 
     def saved(block: str, name: str, n: Fraction, statistic: bool = False) -> Saved:
         return Saved(block, name, Bytes(n), statistic)
 
     if recompute == "full":
-        return LayerActivations((saved("layer", "layer input (checkpoint)", v * tokens * h * rep),))
+        return LayerActivations((saved("layer", "layer input (checkpoint)", r * tokens * h * rep),))
 
     stats_per_norm = 2 if model.norm == "layernorm" else 1
     stat_name = "mean and 1/σ" if model.norm == "layernorm" else "1/rms"
     norm_name = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
     out: list[Saved] = []
-    for which in ("first", "second"):
-        out.append(saved("norms", f"input to the {which} {norm_name}", v * tokens * h * rep))
+
+    def norm(which: str, block: str, reads: str) -> None:
+        """A norm's saved tensors and its output as the next projections' input(s)."""
+        width = tokens * h * rep
+        if hf:
+            kept = "the fp32 input" if autocast else "fp32 copy of the input (.to(torch.float32))"
+            out.append(saved("norms", f"{kept} of the {which} {norm_name}", FP32_BYTES * width))
+        else:
+            out.append(saved("norms", f"input to the {which} {norm_name}", r * width))
         out.append(saved("norms", f"{stat_name} of the {which} {norm_name} (per token)",
                          stat_bytes * stats_per_norm * tokens * rep, statistic=True))
+        if hf:  # self.weight * hidden_states.to(input_dtype) saves the normalised input
+            normed = "fp32 normalised input" if autocast else "16-bit normalised input (.to(input_dtype))"
+            out.append(saved("norms", f"{normed} of the {which} {norm_name}, for its weight",
+                             (FP32_BYTES if autocast else v) * width))
+        if autocast:  # each Linear casts its own input
+            n = _projections(model, block)
+            out.append(saved(block, f"16-bit copies of the {which} {norm_name}'s output, one per "
+                                    f"projection that reads it ({n})", n * v * width))
+        else:
+            out.append(saved(block, f"input to {reads}", v * width))
+
+    def weights(block: str, params: int) -> None:
+        if autocast:
+            out.append(Saved(block, "16-bit copies of its Linear weights (autocast)",
+                             Bytes(Fraction(2 * params, tp)), weight_copy=True))
 
     # attention
-    out.append(saved("attention", "input to the Q, K, V projections", v * tokens * h * rep))
+    norm("first", "attention", "the Q, K, V projections")
+    window_mask = (hf and attention == "flash" and model.sliding_window
+                   and s >= model.sliding_window)
     if attention == "eager":
         out.append(saved("attention", "Q, input to QKᵀ", v * tokens * h * split))
         rep_kv = " (repeated to all a heads)" if model.kv_heads < a else ""
@@ -304,23 +485,38 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
         out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * h * split))
         if recompute == "none":
             scores = Fraction(a * s * s * b) * split  # a·s² per sequence (cp = 1 here)
-            out.append(saved("attention", "softmax output (s×s per head)", v * scores))
+            fp32_softmax = hf or autocast  # softmax(dtype=float32), or autocast's float32 list
+            if fp32_softmax:
+                out.append(saved("attention", "softmax output in fp32 (s×s per head)",
+                                 FP32_BYTES * scores))
+            else:
+                out.append(saved("attention", "softmax output (s×s per head)", v * scores))
             if model.dropout:
                 out.append(saved("attention", "softmax dropout mask (s×s per head)", m * scores))
-                out.append(saved("attention", "dropout output, input to attention over V",
-                                 v * scores))
+                out.append(saved("attention", "dropout output, input to attention over V"
+                                 + (" (its 16-bit copy)" if fp32_softmax else ""), v * scores))
+            elif fp32_softmax:
+                out.append(saved("attention", "16-bit copy of the probabilities, input to "
+                                              "attention over V", v * scores))
         out.append(saved("attention", "context, input to the output projection", v * tokens * h * split))
     else:
+        kv_width = h if window_mask else kv
+        rep_kv = " repeated to all a heads" if window_mask and model.kv_heads < a else " (kv_heads heads)"
         out.append(saved("attention", "Q", v * tokens * h * split))
-        out.append(saved("attention", "K (kv_heads heads)", v * tokens * kv * split))
-        out.append(saved("attention", "V (kv_heads heads)", v * tokens * kv * split))
-        out.append(saved("attention", "log-sum-exp (fp32 per head and token)", 4 * tokens * a * split))
+        out.append(saved("attention", f"K{rep_kv}", v * tokens * kv_width * split))
+        out.append(saved("attention", f"V{rep_kv}", v * tokens * kv_width * split))
+        if window_mask:
+            out.append(saved("attention", "sliding-window mask, additive, 16-bit (b·s×s)",
+                             v * b * s * s))
+        out.append(saved("attention", "log-sum-exp (fp32 per head and token)",
+                         FP32_BYTES * tokens * a * split))
         out.append(saved("attention", "output O, input to the output projection", v * tokens * h * split))
     if model.dropout:
         out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
+    weights("attention", 2 * h * h + 2 * h * kv)
 
     # MLP
-    out.append(saved("MLP", "input to the first projection(s)", v * tokens * h * rep))
+    norm("second", "MLP", "the first projection(s)")
     if model.mlp == "gelu":
         out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * split))
         out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * split))
@@ -337,6 +533,7 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
                          v * tokens * f * split))
     if model.dropout:
         out.append(saved("MLP", "MLP dropout mask", m * tokens * h * rep))
+    weights("MLP", (2 if model.mlp == "gelu" else 3) * h * f)
     return LayerActivations(tuple(out))
 
 
@@ -373,9 +570,34 @@ def _input(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
     return LayerActivations(tuple(out))
 
 
+def rotary_activations(model: ModelShape, s: int, *, cp: int = 1, value_bytes: int = 2,
+                       autocast: bool = False) -> LayerActivations:
+    """The rotary embedding's cos and sin tables, saved once per forward pass and shared by
+    every layer (empty for learned positions).
+
+    Each is s × head_dim in the residual stream's format (the reference model and Hugging
+    Face's ``LlamaRotaryEmbedding`` cast them to the hidden states' dtype: fp32 under
+    autocast); the multiplies by them save only the tables (Su et al. 2021's rotation).
+    """
+    s = positive_int("s (sequence length)", s)
+    cp = positive_int("cp (context-parallel size)", cp)
+    return _rotary(model, s, cp, positive_int("value_bytes", value_bytes), bool(autocast))
+
+
+def _rotary(model: ModelShape, s: int, cp: int, value_bytes: int, autocast: bool) -> LayerActivations:
+    """:func:`rotary_activations` on checked inputs."""
+    if model.positions:
+        return LayerActivations(())
+    r = FP32_BYTES if autocast else value_bytes
+    table = Bytes(r * Fraction(s, cp) * model.head_dim)
+    return LayerActivations((Saved("rotary", "cos table (s × head_dim)", table),
+                             Saved("rotary", "sin table (s × head_dim)", table)))
+
+
 def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
                        sequence_parallel: bool = False, cp: int = 1, value_bytes: int = 2,
-                       stat_bytes: int = STAT_BYTES) -> LayerActivations:
+                       stat_bytes: int = STAT_BYTES, implementation: str | None = None,
+                       autocast: bool = False) -> LayerActivations:
     """What the final norm, the LM head and the loss save, on the last stage, per micro-batch.
 
     Korthikanti et al. 2022 §4.3: the final norm's input and the output projection's input
@@ -384,31 +606,59 @@ def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
     (``F.cross_entropy(logits.float(), targets)``; validate/test_saved_tensors.py), the loss
     saves exactly one fp32 tensor over the vocabulary, its log-softmax, plus the int64
     targets and a 4-byte fp32 count of them; the 16-bit logits and their fp32 copy are not
-    saved. Transient peaks while the loss runs (logits, their fp32 copy and the log-softmax
-    at once) are not included.
+    saved (they exist while the loss runs: :mod:`trainmath.peak` counts them).
+
+    Hugging Face's kernels (``implementation`` "hf-sdpa" or "hf-eager") save their final
+    ``LlamaRMSNorm`` as its layers' norms do, and its loss (``ForCausalLMLoss`` in
+    ``transformers/loss/loss_utils.py``) pads the labels by one position (``F.pad``) and takes
+    ``labels[..., 1:].contiguous()``, which is the padded tensor itself when b = 1 (8(s + 1)
+    bytes saved) and a copy otherwise (8bs). Under autocast the final norm keeps its fp32
+    input, the LM head's input is autocast's 16-bit copy and its weight's 16-bit copy is saved.
     """
     s, b, tp, cp = _check_split(s, b, tp, cp)
+    family, _ = _kernels(implementation, None)
     return _output(model, s, b, tp, bool(sequence_parallel), cp,
-                   positive_int("value_bytes", value_bytes), positive_int("stat_bytes", stat_bytes))
+                   positive_int("value_bytes", value_bytes), positive_int("stat_bytes", stat_bytes),
+                   family, bool(autocast))
 
 
 def _output(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
-            value_bytes: int, stat_bytes: int) -> LayerActivations:
+            value_bytes: int, stat_bytes: int, family: str = "megatron",
+            autocast: bool = False) -> LayerActivations:
     """:func:`output_activations` on checked inputs."""
     tokens = Fraction(s * b, cp)
     rep = Fraction(1, tp) if sequence_parallel else Fraction(1)
-    h, V = model.hidden, model.vocab
+    h, V, v = model.hidden, model.vocab, value_bytes
+    r = FP32_BYTES if autocast else v
     stats = 2 if model.norm == "layernorm" else 1
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
-    return LayerActivations((
-        Saved("output", f"input to the final {norm}", Bytes(value_bytes * tokens * h * rep)),
-        Saved("output", f"statistics of the final {norm} (per token)",
-              Bytes(stat_bytes * stats * tokens * rep), statistic=True),
-        Saved("output", "input to the output projection (LM head)", Bytes(value_bytes * tokens * h * rep)),
-        Saved("output", "log-softmax of the logits, fp32 over the vocabulary", Bytes(4 * tokens * V / tp)),
-        Saved("output", "targets (int64)", Bytes(8 * tokens)),
-        Saved("output", "count of the targets (fp32 scalar)", Bytes(4)),
-    ))
+    width = tokens * h * rep
+    out = []
+    if family == "hf":
+        kept = "the fp32 input" if autocast else "fp32 copy of the input"
+        out.append(Saved("output", f"{kept} of the final {norm}", Bytes(FP32_BYTES * width)))
+    else:
+        out.append(Saved("output", f"input to the final {norm}", Bytes(r * width)))
+    out.append(Saved("output", f"statistics of the final {norm} (per token)",
+                     Bytes(stat_bytes * stats * tokens * rep), statistic=True))
+    if family == "hf":
+        out.append(Saved("output", f"normalised input of the final {norm}, for its weight",
+                         Bytes((FP32_BYTES if autocast else v) * width)))
+    out.append(Saved("output", "input to the output projection (LM head)"
+                     + (", autocast's 16-bit copy" if autocast else ""), Bytes(v * width)))
+    if autocast:
+        out.append(Saved("output", "16-bit copy of the LM head's weight (autocast)",
+                         Bytes(Fraction(2 * V * h, tp)), weight_copy=True))
+    out.append(Saved("output", "log-softmax of the logits, fp32 over the vocabulary",
+                     Bytes(FP32_BYTES * tokens * V / tp)))
+    if family == "hf":
+        labels = 8 * b * (s + 1) if b == 1 else 8 * b * s
+        out.append(Saved("output", "labels padded by one (int64), or their shifted copy when b > 1",
+                         Bytes(labels)))
+    else:
+        out.append(Saved("output", "targets (int64)", Bytes(8 * tokens)))
+    out.append(Saved("output", "count of the targets (fp32 scalar)", Bytes(4)))
+    return LayerActivations(tuple(out))
 
 
 def in_flight(pp: int, *, v: int = 1, microbatches: int | None = None, stage: int = 0) -> Fraction:
@@ -453,6 +703,10 @@ class StageActivations:
     embedding: LayerActivations | None
     embedding_held: int
     output: LayerActivations | None
+    #: the rotary tables each forward pass saves once and every layer shares
+    rotary: LayerActivations = LayerActivations(())
+    #: model chunks per device (interleaved schedule): each chunk's forward makes its own tables
+    chunks: int = 1
 
     @property
     def layers(self) -> Bytes:
@@ -470,16 +724,29 @@ class StageActivations:
         return self.output.total if self.output else Bytes(0)
 
     @property
+    def shared(self) -> Bytes:
+        """The rotary tables, one pair per forward pass in flight (per chunk, interleaved)."""
+        return self.rotary.total * self.held * self.chunks
+
+    @property
+    def weight_copies(self) -> Bytes:
+        """The part of :attr:`total` that is autocast's 16-bit weight copies."""
+        out = self.output.weight_copies if self.output else Bytes(0)
+        return self.per_layer.weight_copies * self.layers_on_stage * self.held + out
+
+    @property
     def total(self) -> Bytes:
-        """Everything this stage's device keeps for backward: its layers, inputs and outputs."""
-        return self.layers + self.inputs + self.outputs
+        """Everything this stage's device keeps for backward: its layers, inputs, outputs and
+        the shared rotary tables."""
+        return self.layers + self.inputs + self.outputs + self.shared
 
 
 def stage_activations(
     model: ModelShape, s: int, b: int, *, tp: int = 1, sequence_parallel: bool = False,
     cp: int = 1, pp: int = 1, v: int = 1, microbatches: int | None = None,
-    stage: int = 0, recompute: str = "none", attention: str = "eager", value_bytes: int = 2,
+    stage: int = 0, recompute: str = "none", attention: str | None = None, value_bytes: int = 2,
     mask_bytes: int = MASK_BYTES, stat_bytes: int = STAT_BYTES, mlp_kernel: str = "eager",
+    implementation: str | None = None, autocast: bool = False,
 ) -> StageActivations:
     """Activations on one device of pipeline stage ``stage`` (0, the first, holds the most).
 
@@ -488,7 +755,7 @@ def stage_activations(
     embedding dropout mask, their p and t being pp and tp); on the last stage the output
     layer's for one micro-batch (in 1F1B the last stage runs each backward right after its
     forward). With pp = 1 the one stage has both. ``v`` is the interleaved schedule's model
-    chunks per device.
+    chunks per device. ``implementation`` and ``autocast`` as in :func:`layer_activations`.
     """
     L = model.layers
     pp = positive_int("pp (pipeline-parallel size)", pp)
@@ -498,18 +765,23 @@ def stage_activations(
                  "v (model chunks per pipeline device)")
     held = in_flight(pp, v=v, microbatches=microbatches, stage=stage)
     common = dict(tp=tp, sequence_parallel=sequence_parallel, cp=cp)
+    kernels = dict(implementation=implementation, autocast=autocast)
     per_layer = layer_activations(model, s, b, **common, recompute=recompute, attention=attention,
                                   value_bytes=value_bytes, mask_bytes=mask_bytes, stat_bytes=stat_bytes,
-                                  mlp_kernel=mlp_kernel)
+                                  mlp_kernel=mlp_kernel, **kernels)
     embedding = input_activations(model, s, b, **common, mask_bytes=mask_bytes) if stage == 0 else None
-    output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes)
+    output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes,
+                                 **kernels)
               if stage == pp - 1 else None)
-    return _stage(model, per_layer, embedding, output, pp, microbatches, held)
+    rotary = rotary_activations(model, s, cp=cp, value_bytes=value_bytes, autocast=autocast)
+    return _stage(model, per_layer, embedding, output, pp, microbatches, held, rotary, v)
 
 
 def _stage(model: ModelShape, per_layer: LayerActivations, embedding: LayerActivations | None,
            output: LayerActivations | None, pp: int, microbatches: int | None,
-           held: Fraction) -> StageActivations:
+           held: Fraction, rotary: LayerActivations = LayerActivations(()),
+           v: int = 1) -> StageActivations:
     """One stage's activations from its parts: the one place they are put together."""
     embedding_held = pp if microbatches is None else min(pp, microbatches)
-    return StageActivations(per_layer, model.layers // pp, held, embedding, embedding_held, output)
+    return StageActivations(per_layer, model.layers // pp, held, embedding, embedding_held, output,
+                            rotary, v)

@@ -117,14 +117,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the LM head shares the embedding matrix")
 
     train = est.add_argument_group("training")
-    train.add_argument("--precision", default="bf16-mixed",
-                       type=_one_of("precision", list(memory.RECIPES)),
-                       help="one of: " + ", ".join(memory.RECIPES) + " (default bf16-mixed)")
+    recipe_names = [*memory.RECIPES, *memory.RECIPE_ALIASES]
+    train.add_argument("--recipe", "--precision", dest="recipe", metavar="NAME",
+                       type=_one_of("recipe", recipe_names),
+                       help="how the model states are kept, one of: " + ", ".join(recipe_names)
+                       + " (zero-paper is bf16-mixed); default: what the preset is trained with, "
+                       "else bf16-mixed. --precision is its older name")
     train.add_argument("--optimizer", default="adamw",
                        type=_one_of("optimizer", list(memory.OPTIMIZERS)),
                        help="one of: " + ", ".join(memory.OPTIMIZERS) + " (default adamw)")
-    train.add_argument("--zero", default=0, type=_one_of("ZeRO stage", sharding.STAGES, int),
-                       help="ZeRO stage 0, 1, 2 or 3 (0: plain data parallelism)")
+    train.add_argument("--optimizer-impl", metavar="IMPL",
+                       type=_one_of("optimizer implementation", memory.OPTIMIZER_IMPLS),
+                       help="how the optimizer step runs: " + ", ".join(memory.OPTIMIZER_IMPLS)
+                       + " (its temporaries at the step); default: the recipe's")
+    train.add_argument("--zero", type=_one_of("ZeRO stage", sharding.STAGES, int),
+                       help="ZeRO stage 0, 1, 2 or 3 (0: plain data parallelism); default: the "
+                       "recipe's (fsdp2: 3, deepspeed: 2, else 0)")
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         train.add_argument(f"--{name}", type=_positive, default=1, help=f"{what}-parallel size")
     train.add_argument("--interleave", type=_positive, default=1, metavar="V",
@@ -138,9 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--recompute", default="none",
                        type=_one_of("recompute", activations.RECOMPUTE_KINDS),
                        help="none, selective or full")
-    train.add_argument("--attention", default="eager",
-                       type=_one_of("attention", activations.ATTENTION_KINDS),
-                       help="eager (stores the s×s scores) or flash")
+    train.add_argument("--implementation", metavar="NAME",
+                       type=_one_of("implementation", list(activations.IMPLEMENTATIONS)),
+                       help="the kernels whose saved tensors are counted, one of: "
+                       + ", ".join(activations.IMPLEMENTATIONS) + "; default: what the preset is "
+                       "trained with, else megatron-eager")
+    train.add_argument("--attention", type=_one_of("attention", activations.ATTENTION_KINDS),
+                       help="eager (stores the s×s scores) or flash: the implementation of the "
+                       "same kernel family with that attention")
     train.add_argument("--mlp-kernel", default="eager",
                        type=_one_of("mlp kernel", activations.MLP_KERNELS),
                        help="eager (SwiGLU saves four ffn-wide tensors) or fused (three)")
@@ -189,8 +202,10 @@ def to_run(args: argparse.Namespace) -> Run:
     try:
         return Run(
             model=model,
-            training=Training(args.precision, args.optimizer, args.zero, args.recompute,
-                              args.attention, args.mlp_kernel),
+            training=Training(recipe=args.recipe, optimizer=args.optimizer,
+                              zero_stage=args.zero, recompute=args.recompute,
+                              implementation=args.implementation, mlp_kernel=args.mlp_kernel,
+                              attention=args.attention, optimizer_impl=args.optimizer_impl),
             layout=lay,
             batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
             gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
@@ -207,31 +222,42 @@ def to_run(args: argparse.Namespace) -> Run:
 
 # -- output ---------------------------------------------------------------------------------------
 def render(est: Estimate) -> str:
-    """The readable table: per device, GB with GiB beside, what fits, and the sources."""
+    """The readable table: per device, GB with GiB beside, the step's peak, what fits, sources."""
     r, lay, t, batch, shape = est.run, est.run.layout, est.run.training, est.run.batch, est.run.shape
     name = "--params" if shape is None else shape.name
-    lines = [f"{name}: {est.params:,} parameters, {t.precision}, {t.optimizer}, "
-             f"ZeRO stage {t.zero_stage}"]
+    lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
+             f"({t.optimizer_impl} step), ZeRO stage {t.zero_stage}"]
+    if r.assumed:
+        given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
+                 "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
+        preset_defaults = shape is not None and shape.name in models.TRAINING_DEFAULTS \
+            and models.trained_with(shape) is models.TRAINING_DEFAULTS[shape.name]
+        how = (f"as {shape.name} is commonly trained" if preset_defaults
+               else "not a preset" if shape is not None else "no shape")
+        lines.append(f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed))
     lines.append(f"layout: {lay.describe()}")
     if batch.seq_len is not None and shape is not None:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
+        cast = ", autocast" if memory.recipe(t.recipe).autocast else ""
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
-                     f"{t.recompute}, {t.attention} attention{kernel}")
+                     f"{t.recompute}, {t.implementation} kernels ({t.attention} attention"
+                     f"{kernel}{cast})")
     if est.microbatches is not None:
         lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
                      f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")
     where = f" (pipeline stage {est.pipeline_stage}, the fullest)" if lay.pp > 1 else ""
     lines.append(f"per device{where}:")
+
+    def row(label: str, amount: Bytes) -> str:
+        whole = Bytes(math.ceil(amount.n))  # the whole bytes --json reports
+        return f"  {label:<17}{whole.format('GB', 2):>12}  {whole.format('GiB', 2):>12}"
+
     for label, amount in [*est.parts().items(), ("total", est.total)]:
         if amount is None:
             why = "needs a model shape" if shape is None else "needs --seq-len"
             lines.append(f"  {label:<17}{'not counted':>12}   ({why})")
             continue
-        whole = Bytes(math.ceil(amount.n))  # the whole bytes --json reports
-        lines.append(f"  {label:<17}{whole.format('GB', 2):>12}  {whole.format('GiB', 2):>12}")
-    if t.zero_stage == 3:
-        lines.append("  (ZeRO-3 also gathers the full weights of one layer at a time, and prefetches")
-        lines.append("   the next: not counted here; see the ZeRO and FSDP page)")
+        lines.append(row(label, amount))
     if est.layer is not None:
         layer = Bytes(math.ceil(est.layer.korthikanti.n))
         lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
@@ -239,19 +265,27 @@ def render(est: Estimate) -> str:
         if lay.pp == 1:
             lines.append(f"  all {shape.layers} layers keep {(layer * shape.layers).format('GB', 2)}; "
                          "the embedding, the loss and norm statistics make up the rest")
+    top = est.peak.peak
+    stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""
+    lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
+    lines.append(f"  at {top.when}")
     if r.gpu is not None:
         capacity = Bytes(math.ceil(r.gpu.memory.n))
-        total = Bytes(math.ceil(est.total.n))
+        peak = Bytes(math.ceil(top.total.n))
         where = str(capacity)
         if r.gpu.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
             where = (f"one {r.gpu.name} ({capacity.format('MiB', 0)} = "
                      f"{capacity.format('GB', 2)}, as nvidia-smi reports it)")
         if est.fits:
-            lines.append(f"fits in {where}: yes, {(capacity - total).format('GB', 2)} to spare")
+            lines.append(f"fits in {where}: yes, {(capacity - peak).format('GB', 2)} to spare "
+                         "at the peak")
         else:
-            lines.append(f"fits in {where}: no, {(total - capacity).format('GB', 2)} over")
-    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3; activations,")
-    lines.append("  Korthikanti et al. 2022 §4, tensor by tensor. GB = 10^9 bytes, GiB = 2^30 bytes")
+            lines.append(f"fits in {where}: no, {(peak - capacity).format('GB', 2)} over at the "
+                         "peak")
+    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
+    lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
+    lines.append("  trainmath.peak; all checked against PyTorch (the How we know page).")
+    lines.append("  GB = 10^9 bytes, GiB = 2^30 bytes")
     return "\n".join(lines)
 
 

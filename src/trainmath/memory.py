@@ -21,9 +21,44 @@ from fractions import Fraction
 from .units import Bytes, choice, positive_int
 
 
+#: How an optimizer's step runs, which decides its temporaries (:func:`trainmath.peak.optimizer_temporaries`):
+#: "fused" is one kernel per group of tensors that keeps its intermediates in registers
+#: (``torch.optim.AdamW(fused=True)``, Apex's and Transformer Engine's FusedAdam, which
+#: Megatron-LM uses, and DeepSpeed's FusedAdam); "foreach" is PyTorch's multi-tensor path, the
+#: default of ``torch.optim`` when every parameter is on a CUDA device
+#: (``_default_to_fused_or_foreach`` in ``torch/optim/optimizer.py``); "for-loop" is its
+#: single-tensor path (``foreach=False``, the default on the CPU).
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """A precision recipe: bytes for each kind of state, per parameter or per optimizer value."""
+    """How training keeps its state: bytes of each kind per parameter, and when each exists.
+
+    The first five fields are the formats (ZeRO §3.1's accounting): the weights the forward pass
+    reads (or, for recipes with fp32 parameters, the stored fp32 parameters), the gradients
+    backward produces, the fp32 master copy and each optimizer-state value. The rest say what a
+    framework does beyond the formats, which is where frameworks disagree:
+
+    - ``gradient_copy``: an fp32 copy of each gradient that the optimizer steps from, kept beside
+      the master weights (sharded with them from ZeRO stage 1) and still alive after the step;
+    - ``step_copy``: bytes per parameter alive only during the optimizer step (an fp32 copy of
+      every gradient, made all at once before it and dropped after it);
+    - ``frees_gradients``: backward's gradients are freed as they are copied, so only the copy
+      is left at the step;
+    - ``persistent_gradients``: the gradients live in a buffer allocated once (Megatron-LM's
+      ``main_grad``), alive through the forward and backward passes, not made by each backward;
+    - ``compute``: bytes of a 16-bit or fp32 activation value, the format the forward runs in;
+    - ``autocast``: ``torch.autocast`` over fp32 parameters (fp32 residual stream, a 16-bit copy
+      of every Linear weight saved for backward: :mod:`trainmath.activations`);
+    - ``stages``: the ZeRO stages the framework offers; ``default_stage`` the one it uses when
+      none is given (FSDP2's ``fully_shard`` shards everything: 3);
+    - ``reduce_bytes``: bytes per element of the gradients' reduce-scatter when it runs in
+      another format than the gradients (FSDP2's ``reduce_dtype=torch.float32``: 4);
+    - ``optimizer_impl``: how its optimizer step usually runs (:data:`OPTIMIZER_IMPLS`);
+    - ``framework``: "" for the four precision recipes (formats only), else the framework whose
+      behaviour it follows.
+    """
 
     name: str
     weights: int
@@ -32,9 +67,32 @@ class Recipe:
     #: bytes of each optimizer-state value (a moment or momentum entry)
     state_value: int
     description: str
+    gradient_copy: int = 0
+    step_copy: int = 0
+    frees_gradients: bool = False
+    persistent_gradients: bool = False
+    compute: int = 2
+    autocast: bool = False
+    stages: tuple[int, ...] = (0, 1, 2, 3)
+    default_stage: int = 0
+    reduce_bytes: int | None = None
+    optimizer_impl: str = "foreach"
+    framework: str = ""
+
+    @property
+    def after_step(self) -> int:
+        """Bytes of gradients per parameter kept after the step: backward's, unless freed, and
+        the fp32 copy."""
+        return (0 if self.frees_gradients else self.gradients) + self.gradient_copy
 
 
-#: The precision recipes by name (``precision=``), each with its source in ``description``.
+_ZERO_STEP = ("an fp32 copy of every gradient exists at the step (the optimizer steps the "
+              "fp32 masters): 4 more bytes per parameter there, dropped after it")
+
+#: The recipes by name (``precision=``; the command's ``--recipe``), each with its source in
+#: ``description``: first the four precision recipes (formats only, as ZeRO §3.1 counts them),
+#: then what frameworks really keep, each checked against PyTorch (docs/_data/measurements.json,
+#: :mod:`trainmath.measured`) and, where the framework publishes one, its own formula.
 #:
 #: :meta hide-value:
 RECIPES: dict[str, Recipe] = {
@@ -43,24 +101,85 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             "fp32", 4, 4, 0, 4,
             "everything in fp32; the weights are their own master copy",
+            compute=4,
         ),
         Recipe(
             "fp16-mixed", 2, 2, 4, 4,
             "fp16 weights and gradients for compute, fp32 master weights and optimizer states "
-            "(Micikevicius et al. 2018; ZeRO §3.1)",
+            f"(Micikevicius et al. 2018; ZeRO §3.1); {_ZERO_STEP}",
+            step_copy=4, optimizer_impl="fused",
         ),
         Recipe(
             "bf16-mixed", 2, 2, 4, 4,
             "bf16 weights and gradients for compute, fp32 master weights and optimizer states "
-            "(Kalamkar et al. 2019; ZeRO §3.1)",
+            f"(Kalamkar et al. 2019; ZeRO §3.1, the 16 bytes its paper counts); {_ZERO_STEP}",
+            step_copy=4, optimizer_impl="fused",
         ),
         Recipe(
             "bf16", 2, 2, 0, 2,
             "pure bf16: weights, gradients and optimizer states in bf16, no fp32 master copy "
             "(Zamirai et al. 2020, Revisiting BFloat16 Training)",
         ),
+        Recipe(
+            "megatron", 2, 4, 4, 4,
+            "Megatron-LM: bf16 parameters, gradients accumulated and all-reduced in an fp32 "
+            "main_grad buffer allocated once, fp32 master weights whose .grad is that buffer, "
+            "Adam in fp32: 18 bytes per parameter; with its distributed optimizer (ZeRO stage 1) "
+            "6 + 12/d (Megatron-LM docs/source/api-guide/dist_optimizer.md; "
+            "Float16OptimizerWithFloat16Params with accumulate_allreduce_grads_in_fp32)",
+            persistent_gradients=True, optimizer_impl="fused", framework="Megatron-LM",
+        ),
+        Recipe(
+            "deepspeed", 2, 2, 4, 4,
+            "DeepSpeed ZeRO with bf16: 16-bit parameters and gradient partitions, at the step an "
+            "fp32 gradient partition, fp32 master weights and Adam: 2 + 18/N bytes per parameter "
+            "at ZeRO stage 2, DeepSpeed's own estimate (estimate_zero2_model_states_mem_needs in "
+            "deepspeed/runtime/zero/stage_1_and_2.py: 18 = 2 grads_16bit + 4 grads_32bit + "
+            "4 params_32bit + 8 optimizer states); DeepSpeed frees both gradient partitions after "
+            "the step. At stage 3 this counts (2 + 2 + 4 + 4 + 8)/N, which stage3.py holds at "
+            "the step (its grad_partitions_flat_buffer beside the fp32 gradient of the step); "
+            "DeepSpeed's own stage-3 estimate prints 18/N plus 4 bytes per parameter of the "
+            "largest layer (estimate_zero3_model_states_mem_needs), the gathered 16-bit "
+            "parameters and gradients, which the step's peak counts",
+            gradient_copy=4, stages=(1, 2, 3), default_stage=2, optimizer_impl="fused",
+            framework="DeepSpeed",
+        ),
+        Recipe(
+            "bf16-master", 2, 2, 4, 4,
+            "bf16 parameters and gradients with an fp32 master copy in plain PyTorch: each "
+            "master's .grad is set to p.grad.float() and both stay alive after the step: 20 bytes "
+            "per parameter (the naive recipe)",
+            gradient_copy=4, framework="PyTorch",
+        ),
+        Recipe(
+            "bf16-master-free", 2, 2, 4, 4,
+            "as bf16-master, but each bf16 gradient is freed once copied to fp32: 18 bytes per "
+            "parameter after the step and at its peak (16 during the backward pass)",
+            gradient_copy=4, frees_gradients=True, framework="PyTorch",
+        ),
+        Recipe(
+            "amp", 4, 4, 0, 4,
+            "PyTorch automatic mixed precision: fp32 parameters (their own master copy) and fp32 "
+            "gradients, the forward pass under torch.autocast in bf16: 16 bytes per parameter "
+            "split 4/4/0/8 (PyTorch's torch.amp documentation), plus the 16-bit copy of every "
+            "Linear weight that autocast saves for backward, counted with the activations",
+            compute=2, autocast=True, framework="PyTorch",
+        ),
+        Recipe(
+            "fsdp2", 4, 4, 0, 4,
+            "PyTorch FSDP2: fully_shard with MixedPrecisionPolicy(param_dtype=torch.bfloat16, "
+            "reduce_dtype=torch.float32): fp32 sharded parameters (their own master copy), fp32 "
+            "sharded gradients and Adam, 16/N bytes per parameter; units are all-gathered in bf16 "
+            "and their gradients reduce-scattered in fp32 (torch.distributed.fsdp.fully_shard); its "
+            "reshard_after_forward=False (ZeRO-2 at the peak) is not modelled",
+            compute=2, stages=(3,), default_stage=3, reduce_bytes=4, framework="PyTorch FSDP2",
+        ),
     )
 }
+
+#: Other names for a recipe: the ZeRO paper's count is bf16-mixed (its paper uses fp16, the
+#: same bytes).
+RECIPE_ALIASES: dict[str, str] = {"zero-paper": "bf16-mixed"}
 
 
 @dataclass(frozen=True)
@@ -121,17 +240,29 @@ OPTIMIZERS: dict[str, Optimizer] = {
 
 @dataclass(frozen=True)
 class BytesPerParam:
-    """Bytes of each kind of training state for one parameter."""
+    """Bytes of each kind of training state for one parameter, after an optimizer step.
+
+    ``gradients`` are backward's gradients that are still alive (sharded from ZeRO stage 2);
+    ``gradient_copy`` is an fp32 copy the optimizer steps from, kept beside the master weights
+    (sharded with them from stage 1): see :class:`Recipe`.
+    """
 
     weights: int | Fraction
     gradients: int | Fraction
     master_weights: int | Fraction
     optimizer_states: int | Fraction
+    gradient_copy: int | Fraction = 0
 
     @property
     def total(self) -> int | Fraction:
-        """All four kinds together: ZeRO §3.1's 2 + 2 + K with 16-bit compute."""
-        return self.weights + self.gradients + self.master_weights + self.optimizer_states
+        """All kinds together: ZeRO §3.1's 2 + 2 + K with 16-bit compute."""
+        return (self.weights + self.gradients + self.gradient_copy + self.master_weights
+                + self.optimizer_states)
+
+    @property
+    def all_gradients(self) -> int | Fraction:
+        """Backward's gradients and the fp32 copy together: what a profiler shows as gradients."""
+        return self.gradients + self.gradient_copy
 
     @property
     def beyond_weights(self) -> int | Fraction:
@@ -145,8 +276,14 @@ class BytesPerParam:
 
 
 def recipe(name: str) -> Recipe:
-    """The precision recipe called ``name``; a ValueError lists the known ones."""
-    return RECIPES[choice("precision", name, RECIPES)]
+    """The recipe called ``name`` (or one of :data:`RECIPE_ALIASES`); a ValueError lists them."""
+    name = RECIPE_ALIASES.get(name, name) if isinstance(name, str) else name
+    return RECIPES[choice("recipe", name, [*RECIPES, *RECIPE_ALIASES])]
+
+
+def optimizer_impl(name: str) -> str:
+    """``name`` if it is one of :data:`OPTIMIZER_IMPLS`, else a ValueError listing them."""
+    return choice("optimizer implementation", name, OPTIMIZER_IMPLS)
 
 
 def optimizer(name: str) -> Optimizer:
@@ -172,7 +309,8 @@ def bytes_per_param(precision: str = "bf16-mixed", optimizer_name: str = "adamw"
     states = o.states * value_bytes + o.overhead
     if isinstance(states, Fraction) and states.denominator == 1:
         states = int(states)
-    return BytesPerParam(r.weights, r.gradients, r.master_weights, states)
+    kept = 0 if r.frees_gradients else r.gradients
+    return BytesPerParam(r.weights, kept, r.master_weights, states, r.gradient_copy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +368,7 @@ def training_state(
     return TrainingState(
         params=n,
         weights=Bytes(n * per.weights),
-        gradients=Bytes(n * per.gradients),
+        gradients=Bytes(n * per.all_gradients),
         master_weights=Bytes(n * per.master_weights),
         optimizer_states=Bytes(n * per.optimizer_states),
     )

@@ -15,6 +15,7 @@ shapes, and :func:`megatron_omissions` names exactly what it leaves out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
@@ -58,6 +59,13 @@ class ModelShape:
     positions: int = 0
     dropout: bool = False
     source: str = ""
+    #: the longest sequence the model was trained for, which a run may not exceed: its learned
+    #: positions, or for rotary models ``max_position_embeddings`` of the released config.json;
+    #: 0 when unknown (not checked)
+    max_positions: int = 0
+    #: sliding-window attention: each token attends to at most this many (Mistral); 0 for full
+    #: causal attention
+    sliding_window: int = 0
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "ffn", "vocab", "kv_heads"):
@@ -68,8 +76,12 @@ class ModelShape:
         if self.heads % self.kv_heads:
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}; "
                              f"accepted: a divisor of {self.heads}")
-        if self.positions != 0:
-            object.__setattr__(self, "positions", positive_int("positions", self.positions))
+        for name in ("positions", "max_positions", "sliding_window"):
+            if getattr(self, name) != 0:
+                object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.positions and self.max_positions > self.positions:
+            raise ValueError(f"max_positions {self.max_positions} exceeds the {self.positions} "
+                             "learned positions; accepted: at most positions")
         choice("mlp", self.mlp, MLP_KINDS)
         choice("norm", self.norm, NORM_KINDS)
         for name in ("bias", "tied_embeddings", "dropout"):
@@ -102,12 +114,17 @@ def shape(
     positions: int = 0,
     dropout: bool = False,
     source: str = "",
+    max_positions: int | None = None,
+    sliding_window: int = 0,
 ) -> ModelShape:
-    """A checked :class:`ModelShape`; ``kv_heads`` defaults to ``heads`` (multi-head attention)."""
+    """A checked :class:`ModelShape`; ``kv_heads`` defaults to ``heads`` (multi-head attention)
+    and ``max_positions`` to the learned ``positions`` (0, unknown, for rotary models)."""
     return ModelShape(
         name=name, layers=layers, hidden=hidden, heads=heads, ffn=ffn, vocab=vocab,
         kv_heads=heads if kv_heads is None else kv_heads, mlp=mlp, norm=norm, bias=bias,
         tied_embeddings=tied_embeddings, positions=positions, dropout=dropout, source=source,
+        max_positions=positions if max_positions is None else max_positions,
+        sliding_window=sliding_window,
     )
 
 
@@ -131,6 +148,9 @@ def modified(base: ModelShape, **changes: object) -> ModelShape:
         return base
     if "heads" in changes and "kv_heads" not in changes and base.kv_heads == base.heads:
         changes = {**changes, "kv_heads": changes["heads"]}  # a multi-head shape stays multi-head
+    if ("positions" in changes and "max_positions" not in changes
+            and base.positions and base.max_positions == base.positions):
+        changes = {**changes, "max_positions": changes["positions"]}  # learned positions bound s
     return replace(base, name=f"{base.name} (modified)", source="", **changes)
 
 
@@ -193,6 +213,62 @@ def param_count(m: ModelShape) -> int:
     6738415616
     """
     return param_breakdown(m).total
+
+
+@dataclass(frozen=True)
+class ParamShapes:
+    """The shape of every parameter tensor, grouped as FSDP wraps a model: one decoder layer
+    (each layer is alike) and the root, which holds the rest (embeddings, final norm, LM head)."""
+
+    layer: tuple[tuple[int, ...], ...]
+    layers: int
+    root: tuple[tuple[int, ...], ...]
+
+    @property
+    def tensors(self) -> int:
+        """Parameter tensors in the model: what per-tensor optimizer state (Adam's step) counts."""
+        return self.layers * len(self.layer) + len(self.root)
+
+    @property
+    def largest(self) -> int:
+        """Elements of the largest tensor (the embedding or LM head, in every preset)."""
+        return max(math.prod(t) for t in (*self.layer, *self.root))
+
+    def units(self) -> list[list[tuple[int, ...]]]:
+        """Each ``fully_shard`` unit's shapes, layers first and the root last, as
+        :func:`trainmath.sharding.fsdp2_rank` takes them."""
+        return [list(self.layer) for _ in range(self.layers)] + [list(self.root)]
+
+
+def param_shapes(m: ModelShape) -> ParamShapes:
+    """The parameter tensors of ``m``, as :func:`param_breakdown` counts them.
+
+    GPT-style shapes (GeLU MLP) keep Q, K and V in one matrix, as Megatron-LM's GPT and GPT-2's
+    ``c_attn`` do; the others keep q, k, v, gate and up separate, as Llama's reference code and
+    Hugging Face's ``LlamaForCausalLM`` do. The layout changes no byte count, only the number of
+    tensors (Adam keeps one step counter per tensor) and how FSDP2 pads each tensor's dim 0.
+    """
+    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    layer: list[tuple[int, ...]] = []
+    norm = [(h,), (h,)] if m.norm == "layernorm" else [(h,)]
+    bias = m.bias
+    layer += norm
+    if m.mlp == "gelu":
+        layer += [(h + 2 * kv, h)] + ([(h + 2 * kv,)] if bias else [])
+    else:
+        layer += [(h, h), (kv, h), (kv, h)] + ([(h,), (kv,), (kv,)] if bias else [])
+    layer += [(h, h)] + ([(h,)] if bias else [])
+    layer += norm
+    ups = [(f, h)] if m.mlp == "gelu" else [(f, h), (f, h)]
+    layer += ups + ([(f,)] * len(ups) if bias else [])
+    layer += [(h, f)] + ([(h,)] if bias else [])
+    root: list[tuple[int, ...]] = [(m.vocab, h)]
+    if m.positions:
+        root.append((m.positions, h))
+    root += norm
+    if not m.tied_embeddings:
+        root.append((m.vocab, h))
+    return ParamShapes(tuple(layer), m.layers, tuple(root))
 
 
 def gpt_shape(name: str, *, layers: int, hidden: int, heads: int, vocab: int, positions: int,
@@ -265,7 +341,9 @@ _LLAMA2 = ("config.json of meta-llama/{} (h, a and L as in Touvron et al. 2023a,
            "Touvron et al. 2023b, Llama 2, Table 1 (context length, GQA)")
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
-#: Published shapes by name (:func:`preset`), each with its source in ``source``.
+#: Published shapes by name (:func:`preset`), each with its source in ``source``. Their
+#: ``max_positions`` is ``max_position_embeddings`` of the released config.json (GPT-3: its
+#: 2,048 learned positions); Mistral-7B's ``sliding_window`` is its config's and its paper's.
 #:
 #: :meta hide-value:
 PRESETS: dict[str, ModelShape] = {
@@ -273,23 +351,30 @@ PRESETS: dict[str, ModelShape] = {
     for p in (
         shape(
             "llama-2-7b", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000,
-            source=_LLAMA2.format("Llama-2-7b-hf"),
+            max_positions=4096,
+            source=_LLAMA2.format("Llama-2-7b-hf") + "; max_position_embeddings 4096",
         ),
         shape(
             "llama-2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000,
-            source=_LLAMA2.format("Llama-2-70b-hf") + " (GQA with 8 key-value heads)",
+            max_positions=4096,
+            source=_LLAMA2.format("Llama-2-70b-hf") + " (GQA with 8 key-value heads); "
+                   "max_position_embeddings 4096",
         ),
         shape(
             "llama-3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
-            source=_LLAMA3.format("Meta-Llama-3-8B"),
+            max_positions=8192,
+            source=_LLAMA3.format("Meta-Llama-3-8B") + "; max_position_embeddings 8192",
         ),
         shape(
             "llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256,
-            source=_LLAMA3.format("Meta-Llama-3-70B"),
+            max_positions=8192,
+            source=_LLAMA3.format("Meta-Llama-3-70B") + "; max_position_embeddings 8192",
         ),
         shape(
             "mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
-            source="Jiang et al. 2023, Mistral 7B, Table 1; config.json of mistralai/Mistral-7B-v0.1",
+            max_positions=32768, sliding_window=4096,
+            source="Jiang et al. 2023, Mistral 7B, Table 1 (window_size 4096); config.json of "
+                   "mistralai/Mistral-7B-v0.1 (max_position_embeddings 32768, sliding_window 4096)",
         ),
         gpt_shape(
             "gpt3-175b", layers=96, hidden=12288, heads=96, vocab=50257, positions=2048,
@@ -299,6 +384,62 @@ PRESETS: dict[str, ModelShape] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class TrainedWith:
+    """How a preset model is commonly trained: the defaults :func:`trainmath.runs.run` assumes.
+
+    ``recipe`` names a :data:`trainmath.memory.RECIPES` entry and ``implementation`` a
+    :data:`trainmath.activations.IMPLEMENTATIONS` profile; ``source`` says where each comes
+    from, or that it is assumed.
+    """
+
+    recipe: str
+    implementation: str
+    source: str
+
+
+_NO_RECIPE = ("bf16-mixed: bf16 mixed precision as ZeRO §3.1 counts it (assumed: the paper names "
+              "no framework recipe)")
+
+#: The kernels and recipe each preset is commonly trained with (:class:`TrainedWith`); a shape
+#: that is not a preset gets :data:`CUSTOM_DEFAULTS`.
+#:
+#: :meta hide-value:
+TRAINING_DEFAULTS: dict[str, TrainedWith] = {
+    **dict.fromkeys(("llama-2-7b", "llama-2-70b"), TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: attention that stores no s×s tensor, Touvron et al. 2023a (LLaMA) §2.4, "
+        "kept for Llama 2 (Touvron et al. 2023b §2.2); " + _NO_RECIPE)),
+    **dict.fromkeys(("llama-3-8b", "llama-3-70b"), TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: FlashAttention-style kernels, as for Llama 2 (assumed: Dubey et al. 2024 "
+        "do not name their attention kernel); " + _NO_RECIPE)),
+    "mistral-7b": TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: FlashAttention and xFormers kernels for its sliding window, Jiang et al. "
+        "2023 (Mistral 7B) §2; " + _NO_RECIPE),
+    "gpt3-175b": TrainedWith(
+        "bf16-mixed", "megatron-eager",
+        "megatron-eager: Megatron-LM's unfused attention, the layer Korthikanti et al. 2022 §4.1 "
+        "count for this shape (GPT-3 predates FlashAttention); " + _NO_RECIPE),
+}
+
+#: The defaults for a shape that is not a preset, or a parameter count: the ZeRO paper's count
+#: and eq. 1's kernels (Korthikanti et al. 2022 §4.1).
+CUSTOM_DEFAULTS = TrainedWith(
+    "bf16-mixed", "megatron-eager",
+    "assumed for a shape that is not a preset: bf16-mixed, the ZeRO paper's 16 bytes (§3.1), and "
+    "megatron-eager, the kernels of Korthikanti et al. 2022's eq. 1")
+
+
+def trained_with(model: ModelShape) -> TrainedWith:
+    """The defaults for ``model``: its preset's (:data:`TRAINING_DEFAULTS`) when it is a preset
+    unchanged, else :data:`CUSTOM_DEFAULTS`."""
+    if PRESETS.get(model.name) == model:
+        return TRAINING_DEFAULTS[model.name]
+    return CUSTOM_DEFAULTS
 
 
 def preset(name: str) -> ModelShape:

@@ -2,79 +2,159 @@
 
 A :class:`Run` describes one run in small frozen parts: the model (a checked
 :class:`~trainmath.models.ModelShape`, or a parameter count alone, which gives model states
-only), the :class:`Training` recipe (precision, optimizer, ZeRO stage, recomputation, attention
-kernel), the :class:`~trainmath.parallelism.Layout`, the :class:`Batch` and, optionally, the
-:class:`Gpu`. Each part checks its own fields when it is made, and :class:`Run` checks how the
-parts fit together (:func:`trainmath.parallelism.validate`), raising one ValueError that names
-the bad values and what is accepted. A Run that exists is valid, so :func:`estimate` checks
+only), the :class:`Training` setup (recipe, optimizer, ZeRO stage, recomputation, kernels), the
+:class:`~trainmath.parallelism.Layout`, the :class:`Batch` and, optionally, the :class:`Gpu`.
+Each part checks its own fields when it is made, and :class:`Run` checks how the parts fit
+together (:func:`trainmath.parallelism.validate`, a sequence no longer than the model's
+positions, kernels that can run the shape and layout), raising one ValueError that names the
+bad values and what is accepted. What the training setup leaves open (the recipe, the kernels,
+the ZeRO stage, the optimizer's implementation) the Run fills from the model
+(:func:`trainmath.models.trained_with`: what a preset is commonly trained with) and the recipe,
+and records in :attr:`Run.assumed`. A Run that exists is valid, so :func:`estimate` checks
 nothing again: it calls the unchecked cores of the modules below. :func:`run` builds a Run from
 plain keywords (a preset name, a GPU kind such as ``"h100-sxm"``, ``"80GB"``).
 
 ``estimate(run) -> Estimate``, for the fullest device (the pipeline stage that needs the most):
 
-- model states: ZeRO's 2Ψ + 2Ψ + KΨ per parameter divided over the dp·cp ranks (Rajbhandari
-  et al. 2020, §5.1–5.3; :mod:`trainmath.sharding`), of the parameters that tensor and pipeline
-  parallelism leave on the device (:mod:`trainmath.parallelism`);
+- model states after an optimizer step, as the recipe keeps them
+  (:data:`trainmath.memory.RECIPES`), divided over the dp·cp ranks by the ZeRO stage
+  (Rajbhandari et al. 2020, §5.1–5.3; :mod:`trainmath.sharding`; FSDP2's exact shards), of the
+  parameters that tensor and pipeline parallelism leave on the device
+  (:mod:`trainmath.parallelism`);
 - activations, with a shape and a sequence length: the tensors each layer saves for backward
-  (Korthikanti et al. 2022, §4; :mod:`trainmath.activations`) in the compute precision, times
+  with the run's kernels (Korthikanti et al. 2022, §4; :mod:`trainmath.activations`), times
   the micro-batches in flight on the stage (1F1B and interleaved schedules, Narayanan et al.
   2021, §2.2), plus the embedding on the first stage and the output layer on the last;
+- the peak of a step (:mod:`trainmath.peak`): when each of these is alive, with the loss's
+  logits, gathered ZeRO-3/FSDP units and the optimizer's temporaries; ``fits`` compares it
+  with the GPU's usable memory;
 - with a global batch: m micro-batches per step and the bubble, (pp-1)/(m·v).
 
 Pure, fast and free of I/O, so a planner can call it in a loop and a browser (Pyodide) can
 run it. :meth:`Estimate.to_dict` is exactly the JSON that ``trainmath estimate --json`` prints.
 
->>> e = estimate(run("llama-3-8b", seq_len=8192, attention="flash", dp=8, zero_stage=3,
-...                  gpu_memory="80GB"))
->>> print(e.total, e.fits)
-64.5 GB True
+>>> e = estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu_memory="80GB"))
+>>> print(e.training.implementation, e.total, e.peak.bytes, e.fits)
+megatron-te 64.5 GB 72.3 GB True
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
-from .activations import (ATTENTION_KINDS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES,
-                          LayerActivations, _in_flight, _input, _layer, _output, _stage,
-                          check_context_parallel)
+from .activations import (IMPLEMENTATIONS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES,
+                          FP32_BYTES, LayerActivations, StageActivations, _in_flight, _input,
+                          _layer, _output, _rotary, _stage, check_context_parallel, implementation,
+                          kernels_problem)
 from .compute import GPUS, gpu as _accelerator
-from .memory import bytes_per_param, optimizer, recipe
-from .models import ModelShape, param_count, preset
-from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches, fullest,
-                          validate)
-from .sharding import _zero_states, check_stage
+from .memory import BytesPerParam, Recipe, bytes_per_param, optimizer, optimizer_impl, recipe
+from .models import (CUSTOM_DEFAULTS, ModelShape, param_count, param_shapes, preset,
+                     trained_with)
+from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches,
+                          _stage_params, fullest, validate)
+from .peak import GatheredUnits, StepInputs, StepPeak, _step_peak, _temporaries
+from .sharding import STEP_BYTES, _zero_states, check_stage, fsdp2_rank
 from .units import Bytes, choice, parse_bytes, positive_int
 
 
 # -- the parts of a run -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Training:
-    """How the model is trained: precision recipe, optimizer, ZeRO stage, recomputation, kernels.
+    """How the model is trained: recipe, optimizer, ZeRO stage, recomputation, kernels.
 
-    ``precision`` is one of :data:`trainmath.memory.RECIPES`, ``optimizer`` one of
-    :data:`trainmath.memory.OPTIMIZERS`, ``zero_stage`` 0 to 3 (:mod:`trainmath.sharding`),
-    ``recompute`` one of :data:`trainmath.activations.RECOMPUTE_KINDS`, ``attention`` one of
-    :data:`trainmath.activations.ATTENTION_KINDS` and ``mlp_kernel`` one of
-    :data:`trainmath.activations.MLP_KERNELS` (eager PyTorch, or a fused SwiGLU).
+    ``recipe`` is one of :data:`trainmath.memory.RECIPES` (or an alias such as ``"zero-paper"``),
+    ``optimizer`` one of :data:`trainmath.memory.OPTIMIZERS`, ``zero_stage`` 0 to 3
+    (:mod:`trainmath.sharding`) among those the recipe offers, ``recompute`` one of
+    :data:`trainmath.activations.RECOMPUTE_KINDS`, ``implementation`` one of
+    :data:`trainmath.activations.IMPLEMENTATIONS`, ``mlp_kernel`` one of
+    :data:`trainmath.activations.MLP_KERNELS` (eager PyTorch, or a fused SwiGLU) and
+    ``optimizer_impl`` one of :data:`trainmath.memory.OPTIMIZER_IMPLS`.
+
+    None leaves a choice to the :class:`Run`, which takes it from the model
+    (:func:`trainmath.models.trained_with`) or the recipe. ``attention`` ("eager" or "flash") is
+    a shorthand: the implementation of the same kernel family with that attention
+    (megatron-eager or megatron-te, hf-eager or hf-sdpa); once the Run has resolved its
+    training, ``attention`` is the implementation's.
     """
 
-    precision: str = "bf16-mixed"
+    recipe: str | None = None
     optimizer: str = "adamw"
-    zero_stage: int = 0
+    zero_stage: int | None = None
     recompute: str = "none"
-    attention: str = "eager"
+    implementation: str | None = None
     mlp_kernel: str = "eager"
+    attention: str | None = None
+    optimizer_impl: str | None = None
 
     def __post_init__(self) -> None:
-        recipe(self.precision)
+        if self.recipe is not None:
+            object.__setattr__(self, "recipe", recipe(self.recipe).name)  # aliases resolved
         optimizer(self.optimizer)
-        object.__setattr__(self, "zero_stage", check_stage(self.zero_stage))
+        if self.zero_stage is not None:
+            object.__setattr__(self, "zero_stage", check_stage(self.zero_stage))
+            if self.recipe is not None:
+                _check_recipe_stage(recipe(self.recipe), self.zero_stage)
         choice("recompute", self.recompute, RECOMPUTE_KINDS)
-        choice("attention", self.attention, ATTENTION_KINDS)
         choice("mlp_kernel", self.mlp_kernel, MLP_KERNELS)
+        if self.attention is not None:
+            choice("attention", self.attention, ("eager", "flash"))
+        if self.implementation is not None:
+            impl = implementation(self.implementation)
+            if self.attention is not None and self.attention != impl.attention:
+                raise ValueError(f"attention {self.attention!r} contradicts implementation "
+                                 f"{impl.name!r}, whose attention is {impl.attention!r}; give one "
+                                 "of them")
+        if self.optimizer_impl is not None:
+            optimizer_impl(self.optimizer_impl)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether every choice is made (a :class:`Run`'s training always is)."""
+        return None not in (self.recipe, self.zero_stage, self.implementation,
+                            self.attention, self.optimizer_impl)
+
+
+def _check_recipe_stage(r: Recipe, stage: int) -> None:
+    if stage not in r.stages:
+        raise ValueError(f"ZeRO stage {stage} is not one recipe {r.name!r} offers; accepted: "
+                         f"{', '.join(map(str, r.stages))}")
+
+
+def _family_with(attention: str, family: str) -> str:
+    """The implementation of ``family`` whose attention is ``attention``."""
+    (name,) = [i.name for i in IMPLEMENTATIONS.values()
+               if i.family == family and i.attention == attention]
+    return name
+
+
+def _resolve(t: Training, model: ModelShape | None) -> tuple[Training, tuple[str, ...]]:
+    """``t`` with every choice made, and the names of those taken from the defaults."""
+    defaults = CUSTOM_DEFAULTS if model is None else trained_with(model)
+    assumed = []
+    name = t.recipe
+    if name is None:
+        name, _ = defaults.recipe, assumed.append("recipe")
+    r = recipe(name)
+    impl = t.implementation
+    if impl is None:
+        if model is not None:  # kernels matter only where activations are counted
+            assumed.append("implementation")
+        impl = defaults.implementation
+        if t.attention is not None:
+            impl = _family_with(t.attention, implementation(impl).family)
+    stage = t.zero_stage
+    if stage is None:
+        stage = r.default_stage
+    _check_recipe_stage(r, stage)
+    impl_opt = t.optimizer_impl
+    if impl_opt is None:
+        impl_opt, _ = r.optimizer_impl, assumed.append("optimizer_impl")
+    resolved = replace(t, recipe=r.name, zero_stage=stage, implementation=impl,
+                       attention=implementation(impl).attention, optimizer_impl=impl_opt)
+    return resolved, tuple(assumed)
 
 
 @dataclass(frozen=True)
@@ -146,7 +226,9 @@ class Run:
     """One training run, checked once, when it is made. See the module docstring.
 
     ``model`` is a :class:`~trainmath.models.ModelShape` or a parameter count; with a count
-    alone only the model states are estimated, so tp, pp, v and a global batch are refused.
+    alone only the model states (and the optimizer step's peak) are estimated, so tp, pp, v
+    and a global batch are refused. ``training`` is resolved when the Run is made (every None
+    filled, :attr:`assumed` naming what was filled from the model's or the recipe's defaults).
     """
 
     model: ModelShape | int
@@ -154,6 +236,9 @@ class Run:
     layout: Layout = Layout()
     batch: Batch = Batch()
     gpu: Gpu | None = None
+    #: the training choices the run did not give, filled from defaults: "recipe",
+    #: "implementation", "optimizer_impl" (set when the Run is made)
+    assumed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
@@ -166,11 +251,29 @@ class Run:
             object.__setattr__(self, "model", positive_int("model (a ModelShape or a parameter "
                                                            "count)", self.model))
             _check_count_only(lay, batch)
+        training, assumed = _resolve(self.training, self.shape)
+        if not self.training.resolved:
+            object.__setattr__(self, "training", training)
+            object.__setattr__(self, "assumed", assumed)
+        if self.shape is None:
             return
-        validate(self.model, lay, seq_len=batch.seq_len, global_batch=batch.global_batch,
+        model, t = self.model, self.training
+        validate(model, lay, seq_len=batch.seq_len, global_batch=batch.global_batch,
                  micro_batch=None if batch.global_batch is None else batch.micro_batch)
         if batch.seq_len is not None:
-            check_context_parallel(lay.cp, self.training.attention)
+            if model.max_positions and batch.seq_len > model.max_positions:
+                raise ValueError(
+                    f"seq_len {batch.seq_len} is longer than the {model.max_positions} positions "
+                    f"{model.name} was trained for ({'its learned positions' if model.positions else 'max_position_embeddings in its config'}); "
+                    f"accepted: at most {model.max_positions}")
+            check_context_parallel(lay.cp, t.attention)
+        problem = kernels_problem(model, implementation(t.implementation).family, tp=lay.tp,
+                                  sequence_parallel=lay.sequence_parallel, cp=lay.cp,
+                                  recompute=t.recompute, mlp_kernel=t.mlp_kernel)
+        if problem:
+            raise ValueError(f"implementation {t.implementation!r}: {problem}")
+        if recipe(t.recipe).name == "fsdp2" and lay.pp > 1:
+            raise ValueError("recipe 'fsdp2' with pp > 1 is not modelled; accepted: pp = 1")
 
     @property
     def shape(self) -> ModelShape | None:
@@ -200,12 +303,14 @@ def _check_count_only(lay: Layout, batch: Batch) -> None:
 def run(
     model: ModelShape | int | str,
     *,
-    precision: str = "bf16-mixed",
+    recipe: str | None = None,
     optimizer: str = "adamw",
-    zero_stage: int = 0,
+    zero_stage: int | None = None,
     recompute: str = "none",
-    attention: str = "eager",
+    implementation: str | None = None,
+    attention: str | None = None,
     mlp_kernel: str = "eager",
+    optimizer_impl: str | None = None,
     dp: int = 1,
     tp: int = 1,
     pp: int = 1,
@@ -220,10 +325,12 @@ def run(
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
-    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`); not both.
+    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`); not both. What is
+    left None the Run fills from the model's and the recipe's defaults (:class:`Training`).
 
-    >>> run("llama-2-7b", dp=8, zero_stage=1).params
-    6738415616
+    >>> r = run("llama-2-7b", dp=8, zero_stage=1)
+    >>> r.params, r.training.recipe, r.training.implementation, r.assumed
+    (6738415616, 'bf16-mixed', 'megatron-te', ('recipe', 'implementation', 'optimizer_impl'))
     """
     if isinstance(model, str):
         model = preset(model)
@@ -234,7 +341,8 @@ def run(
         gpu_memory = parse_bytes(gpu_memory)
     return Run(
         model=model,
-        training=Training(precision, optimizer, zero_stage, recompute, attention, mlp_kernel),
+        training=Training(recipe, optimizer, zero_stage, recompute, implementation, mlp_kernel,
+                          attention, optimizer_impl),
         layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
@@ -249,7 +357,8 @@ class Estimate:
     ``stages`` has one device of each pipeline stage; ``device`` is the fullest (ties: the
     earliest). Their ``activations`` are zero when not counted: :attr:`activations` is None
     then, and :attr:`layer` too. Sizes are exact (a shard of an uneven split may be a
-    fraction of a byte); :meth:`to_dict` rounds them up to whole bytes.
+    fraction of a byte); :meth:`to_dict` rounds them up to whole bytes. ``peak`` is the step's
+    peak (:mod:`trainmath.peak`) on the stage where it is highest, ``peak_stage``.
     """
 
     run: Run
@@ -261,6 +370,15 @@ class Estimate:
     microbatches: int | None
     #: pipeline bubble over the ideal step time, with a global batch
     bubble: Fraction | None
+    peak: StepPeak
+    peak_stage: int = 0
+    #: what each stage's device saves for backward, tensor by tensor (None without a sequence)
+    saved: tuple[StageActivations | None, ...] = ()
+
+    @property
+    def training(self) -> Training:
+        """The run's training setup, every choice made."""
+        return self.run.training
 
     @property
     def params(self) -> int:
@@ -278,8 +396,15 @@ class Estimate:
         return None if self.layer is None else self.device.activations
 
     @property
+    def weight_copies(self) -> Bytes | None:
+        """The part of :attr:`activations` that is autocast's 16-bit weight copies."""
+        if self.layer is None:
+            return None
+        return self.saved[self.pipeline_stage].weight_copies
+
+    @property
     def total(self) -> Bytes:
-        """Model states plus, when counted, activations."""
+        """Model states plus, when counted, activations: the sum of the kinds, not the peak."""
         return self.device.total
 
     @property
@@ -289,8 +414,8 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
-        """Whether :attr:`total` fits the run's GPU memory; None without a GPU."""
-        return None if self.run.gpu is None else self.total <= self.run.gpu.memory
+        """Whether the step's :attr:`peak` fits the run's GPU memory; None without a GPU."""
+        return None if self.run.gpu is None else self.peak.bytes <= self.run.gpu.memory
 
     def parts(self) -> dict[str, Bytes | None]:
         """Each kind of memory on the fullest device, activations None when not counted."""
@@ -305,9 +430,13 @@ class Estimate:
         per_device = {"weights": d.weights, "gradients": d.gradients,
                       "master_weights": d.master_weights, "optimizer_states": d.optimizer_states,
                       "activations": self.activations, "total": self.total}
+        top = self.peak.peak
         return {
             "params": self.params,
             "per_device": {k: _whole(v) for k, v in per_device.items()},
+            "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
+                     "pipeline_stage": self.peak_stage,
+                     "parts": {k.replace(" ", "_"): _whole(v) for k, v in top.as_dict().items()}},
             "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
             "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
             "pipeline_stage": self.pipeline_stage,
@@ -320,12 +449,15 @@ class Estimate:
                 "shape": None if shape is None else {
                     f.name: getattr(shape, f.name) for f in fields(shape)
                     if f.name not in ("name", "source")},
-                "precision": t.precision, "optimizer": t.optimizer, "zero": t.zero_stage,
+                "recipe": t.recipe, "optimizer": t.optimizer, "optimizer_impl": t.optimizer_impl,
+                "zero": t.zero_stage,
                 "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
                 "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
                 "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
-                "interleave": lay.v, "recompute": t.recompute, "attention": t.attention,
+                "interleave": lay.v, "recompute": t.recompute,
+                "implementation": t.implementation, "attention": t.attention,
                 "mlp_kernel": t.mlp_kernel,
+                "assumed": list(r.assumed),
                 "gpu": None if r.gpu is None else r.gpu.kind,
                 "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
             },
@@ -348,40 +480,161 @@ def estimate(run: Run) -> Estimate:
     1.9 GB
     """
     lay, t, batch, shape = run.layout, run.training, run.batch, run.shape
-    per = bytes_per_param(t.precision, t.optimizer)
+    r = recipe(t.recipe)
+    per = bytes_per_param(t.recipe, t.optimizer)
     if shape is None:  # a parameter count alone: model states on one data-parallel rank
         s = _zero_states(run.params, lay.zero_group, t.zero_stage, per)
         device = DeviceMemory(
             stage=0, params=run.params, zero_stage=t.zero_stage, zero_group=lay.zero_group,
             weights=s.weights, gradients=s.gradients, master_weights=s.master_weights,
             optimizer_states=s.optimizer_states, activations=Bytes(0))
-        return Estimate(run, (device,), device, None, None, None)
+        peak = _step_peak(_count_only_inputs(run, r, per, device))
+        return Estimate(run, (device,), device, None, None, None, peak)
     m = None
     bubble = None
     if batch.global_batch is not None:
         m = _microbatches(batch.global_batch, lay.dp, batch.micro_batch)
         bubble = _bubble(lay.pp, m, lay.v)
     layer = None
+    stage_acts: tuple[StageActivations | None, ...] = (None,) * lay.pp
     acts = (Bytes(0),) * lay.pp
     if batch.seq_len is not None:
-        layer, acts = _activations(shape, lay, t, batch, m)
+        layer, stage_acts = _activations(shape, lay, t, r, batch, m)
+        acts = tuple(a.total for a in stage_acts)
     stages = _device_memory(shape, lay, t.zero_stage, per, acts)
-    return Estimate(run, stages, fullest(stages), layer, m, bubble)
+    fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
+    if fsdp2:  # FSDP2's exact shards of rank 0, the fullest, padding included
+        stages = (_fsdp2_device(shape, lay, t, stages[0]),)
+    peaks = [_step_peak(_stage_inputs(run, r, per, d, a, fsdp2)) for d, a in zip(stages, stage_acts)]
+    top = max(range(len(peaks)), key=lambda i: (peaks[i].bytes, -i))
+    return Estimate(run, stages, fullest(stages), layer, m, bubble, peaks[top], top, stage_acts)
 
 
-def _activations(shape: ModelShape, lay: Layout, t: Training, batch: Batch,
-                 m: int | None) -> tuple[LayerActivations, tuple[Bytes, ...]]:
-    """One layer's saved tensors, and the activation bytes on one device of each stage."""
-    value_bytes = recipe(t.precision).weights  # the compute format: 4 bytes in fp32, else 2
+def _activations(shape: ModelShape, lay: Layout, t: Training, r: Recipe, batch: Batch,
+                 m: int | None) -> tuple[LayerActivations, tuple[StageActivations, ...]]:
+    """One layer's saved tensors, and the activations on one device of each stage."""
+    family = implementation(t.implementation).family
     split = (shape, batch.seq_len, batch.micro_batch, lay.tp, lay.sequence_parallel, lay.cp)
-    layer = _layer(*split, t.recompute, t.attention, value_bytes, MASK_BYTES, STAT_BYTES,
-                   t.mlp_kernel)
+    layer = _layer(*split, t.recompute, t.attention, r.compute, MASK_BYTES, STAT_BYTES,
+                   t.mlp_kernel, family, r.autocast)
     embedding = _input(*split, MASK_BYTES)
-    output = _output(*split, value_bytes, STAT_BYTES)
+    output = _output(*split, r.compute, STAT_BYTES, family, r.autocast)
+    rotary = _rotary(shape, batch.seq_len, lay.cp, r.compute, r.autocast)
     pp = lay.pp
-    acts = tuple(
+    stage_acts = tuple(
         _stage(shape, layer, embedding if i == 0 else None, output if i == pp - 1 else None, pp, m,
-               _in_flight(pp, lay.v, m, i)).total
+               _in_flight(pp, lay.v, m, i), rotary, lay.v)
         for i in range(pp)
     )
-    return layer, acts
+    return layer, stage_acts
+
+
+def _fsdp2_device(shape: ModelShape, lay: Layout, t: Training, d: DeviceMemory) -> DeviceMemory:
+    """Rank 0's states under FSDP2, exactly (:func:`trainmath.sharding.fsdp2_rank`); Adam's
+    step counters are left out of the optimizer states, as everywhere in the estimate."""
+    units = param_shapes(shape).units()
+    rank = fsdp2_rank(units, lay.zero_group, 0, t.recipe, t.optimizer)
+    counters = len(units[0]) * shape.layers + len(units[-1])
+    counters *= STEP_BYTES.get(t.optimizer, 0)
+    return replace(d, weights=rank.parameters, gradients=rank.gradients,
+                   master_weights=Bytes(0), optimizer_states=rank.optimizer_states - Bytes(counters))
+
+
+def _share(amount: Fraction | int, n: int, sharded: bool) -> Bytes:
+    return Bytes(Fraction(amount) / n if sharded else Fraction(amount))
+
+
+def _count_only_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory) -> StepInputs:
+    """The step of a run known by its parameter count: no activations, no tensor shapes."""
+    t, n, z, psi = run.training, run.layout.zero_group, run.training.zero_stage, run.params
+    zero = Bytes(0)
+    persistent = d.gradients if r.persistent_gradients else zero
+    backward = zero if r.persistent_gradients else _share(psi * r.gradients, n, z >= 2)
+    step = d.gradients + _share(psi * r.step_copy, n, z >= 1)
+    numel = Fraction(psi, n) if z >= 1 else Fraction(psi)
+    temps = _temporaries(t.optimizer_impl, numel, None, _state_value(r, t))
+    return StepInputs(d.weights, d.master_weights, d.optimizer_states, zero, persistent, backward,
+                      step, zero, zero, zero, zero, zero, zero, temps, 0)
+
+
+def _state_value(r: Recipe, t: Training) -> int:
+    o = optimizer(t.optimizer)
+    return r.state_value if o.state_bytes is None else o.state_bytes
+
+
+def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
+                  acts: StageActivations | None, fsdp2: bool) -> StepInputs:
+    """What one device of one pipeline stage holds over the step (:mod:`trainmath.peak`)."""
+    shape, lay, t, batch = run.shape, run.layout, run.training, run.batch
+    n, z, tp, pp = lay.zero_group, t.zero_stage, lay.tp, lay.pp
+    first, last = d.stage == 0, d.stage == pp - 1
+    shapes = param_shapes(shape)
+    h, V = shape.hidden, shape.vocab
+    zero = Bytes(0)
+    P = d.params
+    # the parameter tensors on this device, for Adam's step counters and the largest one
+    layer_tensors = [Fraction(math.prod(s), tp if len(s) > 1 else 1) for s in shapes.layer]
+    root_first = [Fraction(V * h, tp)] + ([Fraction(shape.positions * h)] if shape.positions else [])
+    norms = 2 if shape.norm == "layernorm" else 1
+    root_last = [Fraction(h)] * norms + ([Fraction(V * h, tp)] if not shape.tied_embeddings or pp > 1 else [])
+    tensors = (d.params and (len(layer_tensors) * (shape.layers // pp)
+                             + (len(root_first) if first else 0) + (len(root_last) if last else 0)))
+    counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * tensors)
+    largest = max(layer_tensors + (root_first if first else []) + (root_last if last else []))
+    # gradients: persistent (Megatron's buffer), at the end of backward, at the step
+    persistent = d.gradients if r.persistent_gradients else zero
+    backward = zero if r.persistent_gradients else _share(P * r.gradients, n, z >= 2)
+    step = d.gradients + _share(P * r.step_copy, n, z >= 1)
+    sharded_opt = z >= 1
+    numel = Fraction(P, n) if sharded_opt else Fraction(P)
+    local_largest = -(-largest // n) if sharded_opt else largest
+    temps = _temporaries(t.optimizer_impl, numel, local_largest, _state_value(r, t))
+    tied = zero
+    if shape.tied_embeddings and pp == 1 and z < 3 and not r.persistent_gradients:
+        tied = Bytes(2 * r.gradients * Fraction(V * h, tp))  # two contributions, then their sum
+    if acts is None:
+        A = layer_A = out_A = logits = zero
+    else:
+        A = acts.total
+        layer_A = acts.per_layer.total
+        out_A = acts.outputs
+        tokens = Fraction(batch.seq_len * batch.micro_batch, lay.cp)
+        logits = Bytes(FP32_BYTES * tokens * Fraction(V, tp)) if last else zero
+    logits16 = logits * Fraction(r.compute, FP32_BYTES)
+    gathered = _gathered(shape, lay, t, r, first, last, fsdp2) if z == 3 else None
+    return StepInputs(d.weights, d.master_weights, d.optimizer_states, counters, persistent,
+                      backward, step, A, layer_A, out_A, logits, logits16, tied, temps,
+                      shape.layers // pp, gathered)
+
+
+def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: bool, last: bool,
+              fsdp2: bool) -> GatheredUnits:
+    """ZeRO-3's unsharded units on one device: FSDP2's exact padded units (one per decoder
+    layer and the root, which FSDP2 holds from the forward to the end of the backward), or for
+    other ZeRO-3 engines a decoder layer and the LM head, even splits."""
+    n, tp = lay.zero_group, lay.tp
+    c = r.compute
+    reduce = r.reduce_bytes or c
+    h, V = shape.hidden, shape.vocab
+    norms = 2 if shape.norm == "layernorm" else 1
+    if fsdp2:
+        shapes = param_shapes(shape)
+        layer_rank = fsdp2_rank([list(shapes.layer)], n, 0, t.recipe, t.optimizer)
+        root_rank = fsdp2_rank([list(shapes.root)], n, 0, t.recipe, t.optimizer)
+        layer = layer_rank.unsharded_units[0]  # padded, in the compute format
+        root = root_rank.unsharded_units[0]
+        head = Bytes(c * (V * h + norms * h))  # the LM head's (or tied embedding's) and norm's
+        return GatheredUnits(layer, layer, layer * Fraction(reduce, c), layer_rank.gradients,
+                             root, head, root, root * Fraction(reduce, c))
+    per_layer = Fraction(param_count(shape) - _root_params(shape), shape.layers * tp)
+    layer = Bytes(c * per_layer)
+    head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
+    grads = Bytes(Fraction(r.gradients * per_layer, n))
+    return GatheredUnits(layer, layer, layer * Fraction(reduce, c), grads, head, head, head,
+                         head * Fraction(reduce, c))
+
+
+def _root_params(shape: ModelShape) -> int:
+    norms = 2 if shape.norm == "layernorm" else 1
+    head = 0 if shape.tied_embeddings else shape.vocab * shape.hidden
+    return shape.vocab * shape.hidden + shape.positions * shape.hidden + norms * shape.hidden + head

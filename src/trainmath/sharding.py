@@ -9,12 +9,16 @@ optimizer-side state per parameter (K = 12 for mixed-precision Adam), each rank 
 - stage 2, P_os+g (gradients too): 2Ψ + (2 + K)Ψ/N_d;
 - stage 3, P_os+g+p (parameters too): (2 + 2 + K)Ψ/N_d.
 
-The 2s and K come from :func:`trainmath.memory.bytes_per_param`, so every precision recipe
-and optimizer there is covered: the formulas above are the bf16/fp16-mixed Adam case.
+The 2s and K come from :func:`trainmath.memory.bytes_per_param`, so every recipe and optimizer
+there is covered: the formulas above are the bf16/fp16-mixed Adam case. A recipe's fp32 copy of
+the gradients that the optimizer steps from (``BytesPerParam.gradient_copy``: DeepSpeed's fp32
+gradient partition, a hand-written master's ``.grad``) lives beside the master weights and is
+sharded with them from stage 1, which gives DeepSpeed's own 2 + 18/N at stage 2.
 
 Also here: the smallest N_d that fits a GPU (:func:`min_ranks`); PyTorch FSDP's strategies,
-gathered units, prefetch and CPU offload (:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*,
-§3.2-3.3; Ren et al. 2021, *ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
+gathered units, prefetch, FSDP2's root unit and fp32 reduce-scatter input, and CPU offload
+(:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*, §3.2-3.3; Ren et al. 2021,
+*ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
 the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies, both with
 m micro-batches per step; ZeRO §7,
 ring factors from :mod:`trainmath.collectives`); and FSDP2's exact per-rank bytes with its
@@ -95,7 +99,7 @@ def _zero_states(psi: int, n: int, stage: int, per: BytesPerParam) -> ShardedSta
         n_d=n,
         stage=stage,
         weights=share(per.weights, stage >= 3),
-        gradients=share(per.gradients, stage >= 2),
+        gradients=share(per.gradients, stage >= 2) + share(per.gradient_copy, stage >= 1),
         master_weights=share(per.master_weights, stage >= 1),
         optimizer_states=share(per.optimizer_states, stage >= 1),
     )
@@ -129,7 +133,7 @@ def min_ranks(
     per = bytes_per_param(precision, optimizer_name)
     # total(N_d) = fixed + sharded / N_d: the unsharded kinds stay whole on every rank.
     fixed = psi * ((per.weights if s < 3 else 0) + (per.gradients if s < 2 else 0)
-                   + (per.optimizer_side if s < 1 else 0))
+                   + (per.optimizer_side + per.gradient_copy if s < 1 else 0))
     sharded = psi * per.total - fixed
     if room <= 0 or fixed >= room:
         return None
@@ -182,15 +186,21 @@ class FsdpMemory:
     device: ShardedState
     #: model state moved to host memory by ``offload``
     host: Bytes
-    #: unsharded parameters held at once: the unit computing plus ``prefetch`` more
+    #: unsharded parameters held at once: the unit computing plus ``prefetch`` more, and the
+    #: root unit, which FSDP2 keeps unsharded from the forward to the end of the backward
     gathered_params: Bytes
-    #: one unit's unsharded gradients before they are reduce-scattered (backward only)
+    #: one unit's unsharded gradients before they are reduce-scattered (backward only), and the
+    #: LM head's, which wait for the root's reduce-scatter at the end of the backward
     unsharded_grads: Bytes
+    #: the reduce-scatter input of the unit before, in the reduce format, which FSDP2 holds
+    #: until the next unit reduces (0 when the gradients are reduced in their own format)
+    reduce_buffer: Bytes = Bytes(0)
 
     @property
     def transient(self) -> Bytes:
-        """Gathered parameters plus unsharded gradients, held only around one unit's compute."""
-        return self.gathered_params + self.unsharded_grads
+        """Gathered parameters, unsharded gradients and the reduce-scatter input: what a unit's
+        backward holds beyond the sharded state."""
+        return self.gathered_params + self.unsharded_grads + self.reduce_buffer
 
     @property
     def peak(self) -> Bytes:
@@ -209,6 +219,9 @@ def fsdp_memory(
     offload: str = "none",
     precision: str = "bf16-mixed",
     optimizer_name: str = "adamw",
+    reduce_dtype: str | None = None,
+    root_params: int = 0,
+    head_params: int = 0,
 ) -> FsdpMemory:
     """Per-rank memory of an FSDP strategy, in ZeRO's accounting (ZeRO §5.1–5.3; FSDP §3.2).
 
@@ -221,6 +234,18 @@ def fsdp_memory(
       more units in flight (FSDP §3.3: the next all-gather overlaps this unit's compute), the
       transient is (1 + prefetch) × ``unit_params`` × the weights' bytes. Pass the largest unit.
       Backward adds that unit's unsharded gradients until they are reduce-scattered.
+    - ``reduce_dtype`` (a key of :data:`DTYPE_BYTES`) is FSDP2's
+      ``MixedPrecisionPolicy(reduce_dtype=...)``: when it is wider than the gradients, each
+      unit's gradients are copied into a reduce-scatter input of that format (``chunk_cat`` in
+      ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``), and FSDP2 holds that input
+      until the next unit reduces (one buffer in flight, ``set_reduce_scatter_max_input_buffers``):
+      with bf16 gradients and ``reduce_dtype=torch.float32`` a unit's backward holds 2 + 4 = 6
+      bytes per parameter of a unit, not 2.
+    - ``root_params`` is the root unit of ``fully_shard(model)``: the parameters outside every
+      wrapped layer (the embedding, the final norm, the LM head). FSDP2 does not reshard the
+      root after the forward pass (its ``reshard_after_forward`` is False), so it stays gathered
+      until the end of the backward; ``head_params`` of it (the LM head and final norm) have
+      their gradients from the loss's backward on, unsharded until the root reduces last.
     - ``offload`` (see :data:`OFFLOADS`) moves sharded state to host memory. With
       ``"optimizer"`` the gradient partition on the host is in the master weights' format
       (fp32 for mixed precision), as DeepSpeed keeps it; DeepSpeed's pinned 16-bit copy-back
@@ -241,14 +266,26 @@ def fsdp_memory(
         raise ValueError(
             f"offload 'parameters' needs sharded parameters (FULL_SHARD or HYBRID_SHARD), got {strategy}"
         )
+    for name, value in (("root_params", root_params), ("head_params", head_params)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= psi:
+            raise ValueError(f"{name} must be a whole number from 0 to params ({psi}), got {value!r}")
+    if head_params > root_params:
+        raise ValueError(f"head_params {head_params} exceeds root_params {root_params}; the LM "
+                         "head is part of the root")
     state = zero_states(psi, group, stage, precision, optimizer_name)
     per = bytes_per_param(precision, optimizer_name)
+    r = recipe(precision)
+    w = g = r.compute  # gathered units, and backward's unsharded gradients, in the compute format
+    reduce_bytes = g if reduce_dtype is None else DTYPE_BYTES[_dtype(reduce_dtype)]
     gathered = Bytes(0)
     unsharded_grads = Bytes(0)
+    reduce_buffer = Bytes(0)
     if stage == 3:
-        gathered = Bytes((1 + prefetch) * unit_params * per.weights)
+        gathered = Bytes((1 + prefetch) * unit_params * w + root_params * w)
     if stage >= 2:
-        unsharded_grads = Bytes(unit_params * per.gradients)
+        unsharded_grads = Bytes((unit_params + head_params) * g)
+        if reduce_bytes > g:
+            reduce_buffer = Bytes(unit_params * reduce_bytes)
     zero = Bytes(0)
     if offload == "optimizer":  # the gradient partition in the master weights' format
         host_grads = Bytes(Fraction(psi * max(per.gradients, per.master_weights), group))
@@ -261,7 +298,7 @@ def fsdp_memory(
                              master_weights=zero, optimizer_states=zero)
     else:
         host = zero
-    return FsdpMemory(strategy, n, group, state, host, gathered, unsharded_grads)
+    return FsdpMemory(strategy, n, group, state, host, gathered, unsharded_grads, reduce_buffer)
 
 
 # -- communication ----------------------------------------------------------------------------
@@ -462,11 +499,13 @@ def fsdp2_dtypes(precision: str = "fp32") -> tuple[int, int]:
     """(bytes of a stored sharded parameter and its gradient, bytes of a gathered one).
 
     Under ``MixedPrecisionPolicy(param_dtype=bf16)`` the fp32 parameter is itself the master
-    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits when it all-gathers
-    (torch 2.13's ``fully_shard``; checked by validate/test_fsdp.py).
+    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits (the recipe's
+    compute format) when it all-gathers (torch 2.13's ``fully_shard``; checked by
+    validate/test_fsdp.py). The ``fsdp2`` recipe is that setup: ``fsdp2_dtypes("fsdp2")`` is
+    ``fsdp2_dtypes("bf16-mixed")``.
     """
     r = recipe(precision)
-    return (r.master_weights or r.weights, r.weights)
+    return (r.master_weights or r.weights, r.compute)
 
 
 def fsdp2_rank(

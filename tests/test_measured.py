@@ -1,0 +1,81 @@
+"""The library agrees with every configuration measured in real PyTorch, without torch.
+
+docs/_data/measurements.json holds what real training code keeps at full size (validate/measure,
+re-measured by ``make validate``). Here the library predicts every recorded configuration again
+(:mod:`trainmath.measured`, through :func:`trainmath.runs.estimate`) and each quantity must agree:
+model states to the byte (each kind, and Adam's step counters), activations within 1% per layer
+and per model, the step's peak within 2% and in the same phase. A library change that breaks
+agreement with PyTorch fails here, naming the configuration, the measured and the predicted bytes.
+The expected values are the measurements: they come from PyTorch, not from this code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainmath.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES,
+                                Comparison, compare, compare_all)
+
+DATA = Path(__file__).resolve().parents[1] / "docs" / "_data" / "measurements.json"
+DOC = json.loads(DATA.read_text(encoding="utf-8"))
+CONFIGS = DOC["configurations"]
+
+
+def test_the_file_is_the_measurements_schema():
+    assert DOC["schema"] == "trainmath-measurements/1"
+    assert len(CONFIGS) == 114
+    assert {c["implementation"] for c in CONFIGS} == set(MEASURED_IMPLEMENTATIONS)
+    assert {c["recipe"] for c in CONFIGS if c["kind"] == "step"} == set(MEASURED_RECIPES)
+    assert {c["precision"] for c in CONFIGS if c["kind"] == "saved"} == set(MEASURED_PRECISIONS)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c["id"] for c in CONFIGS])
+def test_every_configuration_agrees(config):
+    wrong = [c.describe() for c in compare(config) if not c.ok]
+    assert not wrong, "the library no longer agrees with PyTorch:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c["kind"] == "step"],
+                         ids=[c["id"] for c in CONFIGS if c["kind"] == "step"])
+def test_the_peak_falls_in_the_measured_phase(config):
+    (peak,) = [c for c in compare(config) if c.kind == "peak"]
+    measured, predicted = peak.phases
+    assert measured == predicted, f"{config['id']}: peak measured in {measured}, predicted in {predicted}"
+
+
+def test_every_quantity_is_compared():
+    """Saved: one layer, the whole model, the weight copies; step: four kinds of state, their
+    total, the step counters and the peak."""
+    comparisons = compare_all(DOC)
+    saved = sum(c["kind"] == "saved" for c in CONFIGS)
+    steps = len(CONFIGS) - saved
+    assert len(comparisons) == 3 * saved + 7 * steps
+    states = [c for c in comparisons if c.kind == "states"]
+    assert all(c.measured == c.predicted for c in states)
+
+
+def test_a_disagreement_names_the_configuration_and_both_figures():
+    """What make test prints when a formula drifts: the id, the measured and the predicted bytes."""
+    drifted = Comparison("step/llama-2-7b/reference-sdpa/megatron-bf16/s2048-b1", "states",
+                         "gradients", 26_953_662_464, 13_476_831_232)
+    assert not drifted.ok
+    assert drifted.describe() == (
+        "step/llama-2-7b/reference-sdpa/megatron-bf16/s2048-b1: gradients: measured "
+        "26,953,662,464 bytes, predicted 13,476,831,232 (ratio 2.0000, tolerance 0%)")
+    near = Comparison("x", "peak", "peak", 100, 101)
+    assert near.ok and not Comparison("x", "activations", "one layer", 100, 102).ok
+
+
+def test_changing_a_formula_breaks_agreement(monkeypatch):
+    """If the 16-bit recipes kept 2-byte gradients in Megatron's place (the ZeRO paper's 16, not
+    its 18), the Megatron configurations would fail, by name."""
+    from trainmath import memory
+    wrong = dict(memory.RECIPES)
+    wrong["megatron"] = memory.Recipe("megatron", 2, 2, 4, 4, "drifted", persistent_gradients=True)
+    monkeypatch.setattr(memory, "RECIPES", wrong)
+    config = next(c for c in CONFIGS if c["kind"] == "step" and c["recipe"] == "megatron-bf16")
+    failed = [c for c in compare(config) if not c.ok]
+    assert failed and failed[0].describe().startswith(config["id"] + ": gradients: measured")
