@@ -16,7 +16,8 @@
 - Markup axe-core finds invalid: docutils' bibliography entries (``role="doc-biblioentry"``
   inside ``role="list"``: aria-required-children) become list items, and Sphinx's
   one-parameter-per-line signatures (a ``<dl>`` with ``<dd>`` and no ``<dt>``:
-  definition-list) become ``<div>`` lines.
+  definition-list) become ``<div>`` lines; an empty table header cell becomes a ``<td>``
+  (empty-table-header); furo's two ``<aside>`` drawers get names (landmark-unique).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def page_context(app, pagename, templatename, context, doctree) -> None:
     if body:
         body = body.replace('role="doc-biblioentry"', 'role="listitem"')
         body = _SIG_PARAMS.sub(_sig_params, body)
+        body = body.replace('<th class="head"><p></p></th>', '<td class="head"></td>')
+        body = body.replace('<th class="head"></th>', '<td class="head"></td>')
         context["body"] = body
     for key in ("css_files", "script_files"):
         if key in context:
@@ -173,9 +176,26 @@ def _used_classes(outdir: Path) -> set[str]:
     return used
 
 
+#: furo's drawers are both <aside> (complementary) landmarks: each gets its own name.
+_LANDMARKS = {'<aside class="sidebar-drawer">':
+              '<aside class="sidebar-drawer" aria-label="Site navigation">',
+              '<aside class="toc-drawer': '<aside aria-label="On this page" class="toc-drawer'}
+
+
+def name_landmarks(outdir: Path) -> None:
+    for page in outdir.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        named = text
+        for old, new in _LANDMARKS.items():
+            named = named.replace(old, new)
+        if named != text:
+            page.write_text(named, encoding="utf-8")
+
+
 def purge_unused_css(app, exception) -> None:
     if exception or app.builder.format != "html":
         return
+    name_landmarks(Path(app.outdir))
     static = Path(app.outdir) / "_static"
     used = _used_classes(Path(app.outdir))
     for purged, original in _originals().items():
