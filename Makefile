@@ -34,7 +34,7 @@ test: $(STAMP)
 
 # Quiet when it succeeds: Sphinx prints only warnings (errors, with -W), and then where the site is.
 docs: $(STAMP)
-	@$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html docs $(HTML)
+	@$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html -d docs/_build/doctrees docs $(HTML)
 	@echo "Built $(HTML)/: \`make preview\` serves it at http://127.0.0.1:$(PORT)/ (its search needs HTTP, not file://)"
 
 # The built site over HTTP on this machine only, as it will be published.

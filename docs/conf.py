@@ -14,6 +14,7 @@ extensions = [
     "sphinx_design",
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
+    "sphinx.ext.githubpages",  # .nojekyll: a Pages branch deploy serves _static/ as it is
     "sphinxcontrib.bibtex",  # one bibliography: docs/references.bib, cited by key
     "mystclaims.sphinx",  # checked numbers: runs each page once, renders the arithmetic
     "trainmath_site",  # docs/_ext: fixes to myst-nb's and furo's markup, the figures' colours

@@ -280,7 +280,8 @@ def nonclaim_role(name, rawtext, text, lineno, inliner, options=None, content=No
 
 
 def on_doctree_read(app, doctree) -> None:
-    """Claims in math become MathJax ``\\class``/``\\cssId`` spans; hidden code leaves search."""
+    """Claims in math become ``\\class``/``\\cssId`` (one MathML ``<mrow>`` each: mathml.py);
+    hidden code leaves search."""
     env = app.env
     for node in list(doctree.findall(lambda n: isinstance(n, (nodes.math, nodes.math_block)))):
         latex = node.astext()
