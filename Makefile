@@ -81,7 +81,7 @@ tests/browser/node_modules/.package-lock.json: tests/browser/package-lock.json
 	    echo "Installing Debian's nodejs and npm (apt-get), for axe-core"; \
 	    $(APT_INSTALL) nodejs npm >/dev/null; \
 	  else echo "make browser needs npm: sudo apt-get install -y nodejs npm"; exit 2; fi; }
-	@cd tests/browser && npm ci --no-audit --no-fund --loglevel=error
+	@cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null
 	@touch $@
 
 browser-tools: $(VENV)/.installed-browser tests/browser/node_modules/.package-lock.json

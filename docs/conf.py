@@ -20,7 +20,9 @@ extensions = [
     "trainmath_site",  # docs/_ext: fixes to myst-nb's and furo's markup, the figures' colours
 ]
 mystclaims_library = ["trainmath"]  # popups link to these functions' reference entries
-mystclaims_watch = ["../src/trainmath"]  # every page depends on the library's source
+# Every page depends on the library's source, the claim machinery (it writes the math) and this
+# site's extension (docs/_ext): an edit to any of them rebuilds every page.
+mystclaims_watch = ["../src/trainmath", "../tools/mystclaims/src/mystclaims", "_ext"]
 
 exclude_patterns = ["_build", "jupyter_execute", ".jupyter_cache", "**/.ipynb_checkpoints"]
 source_suffix = {".md": "myst-nb"}

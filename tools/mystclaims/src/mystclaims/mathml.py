@@ -177,7 +177,10 @@ class _Renderer:
                 if len(aligns) <= col:
                     aligns.append(align)
                 td = ET.SubElement(tr, "mtd")
-                td.set("style", f"text-align: {align}; padding: 0.25em 0")
+                # Chromium aligns a cell's MathML by -webkit-left/right only (right: centred);
+                # other browsers keep the plain value, and Firefox reads columnalign too.
+                td.set("style", f"text-align: {align}; text-align: -webkit-{align}; "
+                       "padding: 0.25em 0" if align != "center" else "padding: 0.25em 0")
                 # A left cell goes on from the right one: "{}= x" keeps "=" a binary relation.
                 for child in self.render(("{}" if align == "left" else "") + cell):
                     td.append(child)
