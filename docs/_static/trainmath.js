@@ -1,6 +1,8 @@
-/* trainmath: a code block or a table that scrolls sideways gets a tab stop, so a keyboard can
- * scroll it (WCAG 2.1.1; axe: scrollable-region-focusable). Which ones scroll depends on the
- * width of the window, so it is decided here, and again when the window is resized. */
+/* trainmath: a display equation wider than the column is set smaller, down to 3/4 of its size,
+ * so that on a phone it fits rather than scrolls; a code block, a table or an equation that
+ * still scrolls sideways gets a tab stop, so a keyboard can scroll it (WCAG 2.1.1; axe:
+ * scrollable-region-focusable). Both depend on the width of the window, so they are decided
+ * here, and again when the window is resized. */
 (function () {
   "use strict";
   var SCROLLERS = "pre, .table-wrapper, div.math, .cell_output .output";
@@ -12,7 +14,20 @@
     return x || y;
   }
 
+  var SMALLEST = 0.75;
+
+  function fit() {
+    document.querySelectorAll("div.math > math").forEach(function (m) {
+      m.style.fontSize = "";
+      var box = m.parentNode;
+      if (!box.clientWidth || box.scrollWidth <= box.clientWidth + 1) return;
+      var scale = Math.max(SMALLEST, Math.floor(box.clientWidth / box.scrollWidth * 100) / 100);
+      m.style.fontSize = scale * 100 + "%";
+    });
+  }
+
   function mark() {
+    fit();
     document.querySelectorAll(SCROLLERS).forEach(function (el) {
       if (scrolls(el)) {
         if (!el.hasAttribute("tabindex")) {
