@@ -5,33 +5,42 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LOCK   := requirements/constraints.txt
 HTML   := docs/_build/html
+PORT   ?= 8000
 
-.PHONY: help test docs serve validate browser lock clean
+.PHONY: help test docs preview serve validate browser browser-tools lock clean
 
 help:
-	@echo "make test   run unit tests, every page's examples and claims, and the number lint"
-	@echo "make docs   build the site into $(HTML) (warnings are errors)"
-	@echo "make serve  rebuild and reload the site while you edit"
-	@echo "make validate  check the library against real PyTorch on the CPU (installs torch)"
-	@echo "make browser   check the claims' popups, keyboard and search in Chromium (apt: chromium chromium-driver)"
-	@echo "make lock   regenerate $(LOCK) from the newest compatible releases"
+	@echo "make test     run unit tests, every page's examples and claims, and the number lint"
+	@echo "make docs     build the site into $(HTML) (warnings are errors)"
+	@echo "make preview  serve the built site at http://127.0.0.1:$(PORT)/ (search needs HTTP)"
+	@echo "make serve    rebuild and reload the site while you edit"
+	@echo "make validate check the library against real PyTorch on the CPU (installs torch)"
+	@echo "make browser  the built site in Chromium: popups, axe, weight, search (installs chromium, axe-core)"
+	@echo "make lock     regenerate $(LOCK) from the newest compatible releases"
 
 # The project with its `precision` extra, plus the `test` and `docs` dependency groups (PEP 735,
 # pyproject.toml) and the claim machinery (tools/mystclaims), all pinned by $(LOCK). pip is
 # upgraded first: `--group` needs pip 25.1 or newer.
 $(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) \
-		-e '.[precision]' --group test --group docs -e ./tools/mystclaims
-	touch $@
+	@echo "Installing the pinned tools into $(VENV)/ (once; pip may print notes of its own)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) pip setuptools
+	@$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -c $(LOCK) \
+		-e '.[precision,plots]' --group test --group docs -e ./tools/mystclaims
+	@touch $@
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Quiet when it succeeds: Sphinx prints only warnings (errors, with -W), and then where the site is.
 docs: $(STAMP)
-	$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html docs $(HTML)
-	@echo "Built the site: open $(abspath $(HTML))/index.html"
+	@$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html -d docs/_build/doctrees docs $(HTML)
+	@echo "Built $(HTML)/: \`make preview\` serves it at http://127.0.0.1:$(PORT)/ (its search needs HTTP, not file://)"
+
+# The built site over HTTP on this machine only, as it will be published.
+preview: docs
+	@echo "Serving $(HTML)/ at http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
+	@$(PY) -m http.server --bind 127.0.0.1 --directory $(HTML) $(PORT)
 
 # PyTorch and transformers (pinned in pyproject.toml's `validate` group) only for `make
 # validate`, so `make test` stays light. torch is the CPU build: the pin alone resolves on Linux x86_64 to PyPI's CUDA
@@ -58,16 +67,33 @@ $(VENV)/.installed-validate: $(STAMP)
 validate: $(VENV)/.installed-validate
 	$(PY) -m pytest -q -p no:cacheprovider validate
 
-# The claims in a real browser: Debian's chromium and chromium-driver, never a downloaded one.
+# The built site in a real browser (tests/browser, pytest + selenium): Debian's chromium and
+# chromium-driver, installed with apt-get when missing (as root; never a downloaded browser), and
+# axe-core pinned in tests/browser/package-lock.json (npm ci).
 $(VENV)/.installed-browser: $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) --group browser
-	touch $@
+	@$(PY) -m pip install --quiet --disable-pip-version-check -c $(LOCK) --group browser
+	@touch $@
 
-browser: $(VENV)/.installed-browser docs
+APT_INSTALL = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
+tests/browser/node_modules/.package-lock.json: tests/browser/package-lock.json
+	@command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's nodejs and npm (apt-get), for axe-core"; \
+	    $(APT_INSTALL) nodejs npm >/dev/null; \
+	  else echo "make browser needs npm: sudo apt-get install -y nodejs npm"; exit 2; fi; }
+	@cd tests/browser && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@touch $@
+
+browser-tools: $(VENV)/.installed-browser tests/browser/node_modules/.package-lock.json
 	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
-	  echo "make browser needs Debian's Chromium: apt-get update && apt-get install -y chromium chromium-driver"; \
-	  exit 2; }
-	$(PY) tests/browser/check_claims.py --site $(HTML) $(BROWSER_ARGS)
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's chromium and chromium-driver (apt-get)"; \
+	    $(APT_INSTALL) chromium chromium-driver >/dev/null; \
+	  else echo "make browser needs Debian's Chromium: sudo apt-get update && sudo apt-get install -y chromium chromium-driver"; \
+	    exit 2; fi; }
+
+browser: browser-tools docs
+	TRAINMATH_BROWSER=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser $(BROWSER_ARGS)
 
 serve: $(STAMP)
 	$(VENV)/bin/sphinx-autobuild -n docs $(HTML) --watch src --ignore '*/jupyter_execute/*'
@@ -77,7 +103,7 @@ lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip setuptools
-	.lock-venv/bin/python -m pip install --quiet -e '.[precision]' --group test --group docs --group browser
+	.lock-venv/bin/python -m pip install --quiet -e '.[precision,plots]' --group test --group docs --group browser
 	$(call install_cpu_torch,.lock-venv/bin/python,)
 	.lock-venv/bin/python -m pip install --quiet --group validate
 	.lock-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -e '^trainmath' -e '^torch==' > $(LOCK)

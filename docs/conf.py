@@ -1,5 +1,10 @@
 """Sphinx configuration for trainmath. Pages are MyST notebooks executed by myst-nb."""
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+
 project = "trainmath"
 author = "The trainmath authors"
 copyright = "2026, the trainmath authors"
@@ -7,14 +12,17 @@ copyright = "2026, the trainmath authors"
 extensions = [
     "myst_nb",  # loads myst_parser itself; listing both fails
     "sphinx_design",
-    "sphinx.ext.mathjax",
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
+    "sphinx.ext.githubpages",  # .nojekyll: a Pages branch deploy serves _static/ as it is
     "sphinxcontrib.bibtex",  # one bibliography: docs/references.bib, cited by key
     "mystclaims.sphinx",  # checked numbers: runs each page once, renders the arithmetic
+    "trainmath_site",  # docs/_ext: fixes to myst-nb's and furo's markup, the figures' colours
 ]
 mystclaims_library = ["trainmath"]  # popups link to these functions' reference entries
-mystclaims_watch = ["../src/trainmath"]  # every page depends on the library's source
+# Every page depends on the library's source, the claim machinery (it writes the math) and this
+# site's extension (docs/_ext): an edit to any of them rebuilds every page.
+mystclaims_watch = ["../src/trainmath", "../tools/mystclaims/src/mystclaims", "_ext"]
 
 exclude_patterns = ["_build", "jupyter_execute", ".jupyter_cache", "**/.ipynb_checkpoints"]
 source_suffix = {".md": "myst-nb"}
@@ -28,14 +36,10 @@ nb_execution_mode = "off"
 nb_merge_streams = True
 nb_render_markdown_format = "myst"  # tables printed by code cells render as tables
 
-# --- Offline: MathJax is vendored, nothing comes from a CDN ---------------------------------
-mathjax_path = "mathjax/tex-svg.js"
-mathjax3_config = {
-    "tex": {"macros": {"claim": ["{#1}", 2], "nonclaim": ["{#1}", 1]}},
-    "svg": {"fontCache": "global"},
-    # Equations are not tab stops of their own: the numbers in them are (see mystclaims.js).
-    "options": {"menuOptions": {"settings": {"inTabOrder": False}}},
-}
+# --- Math: MathML written at build time, no script and nothing from a CDN ----------------------
+# mystclaims converts each formula's TeX with latex2mathml (\claim{shown}{expr} included) into a
+# <math> element the browser draws itself: no MathJax to download (it was 2 MB a page).
+html_math_renderer = "mathml"
 
 # --- Bibliography: one BibTeX file, cited by key, rendered author-year ----------------------
 # Pages write {cite:t}`key` ("Rajbhandari et al. (2020)") or {cite:p}`key`, with the section,
@@ -73,6 +77,7 @@ bibtex_reference_style = "author_year_round"
 html_theme = "furo"
 html_title = "trainmath"
 html_static_path = ["_static"]
+templates_path = ["_templates"]  # search.html: the page's heading
 html_theme_options = {
     "source_edit_link": None,
     "navigation_with_keys": True,
@@ -94,4 +99,6 @@ nitpick_ignore = [
     ("py:class", "numpy.ndarray"),
     ("py:class", "argparse.ArgumentParser"),
     ("py:class", "argparse.Namespace"),
+    ("py:class", "collections.abc.Mapping"),
+    ("py:class", "collections.abc.Sequence"),
 ]

@@ -1,4 +1,4 @@
-"""What the package declares is what it imports: the standard library, except the precision extra."""
+"""What the package declares is what it imports: the standard library, except the extras."""
 
 import ast
 import subprocess
@@ -10,7 +10,7 @@ ROOT = Path(__file__).parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 #: Third-party imports allowed per module; everything else must be the standard library.
-EXTRAS = {"precision.py": {"numpy", "ml_dtypes"}}
+EXTRAS = {"precision.py": {"numpy", "ml_dtypes"}, "plots.py": {"matplotlib"}}
 
 
 def _third_party_imports(path: Path) -> set[str]:
@@ -23,7 +23,7 @@ def _third_party_imports(path: Path) -> set[str]:
     return names - set(sys.stdlib_module_names) - {"__future__"}
 
 
-def test_only_the_precision_module_imports_beyond_the_standard_library():
+def test_only_the_extras_modules_import_beyond_the_standard_library():
     found = {p.name: _third_party_imports(p) for p in (ROOT / "src" / "trainmath").glob("*.py")}
     assert {name: mods for name, mods in found.items() if mods} == EXTRAS
 
@@ -32,7 +32,9 @@ def test_pyproject_declares_it():
     project = PYPROJECT["project"]
     assert project["dependencies"] == []
     extras = project["optional-dependencies"]
-    assert list(extras) == ["precision"] and set(extras["precision"]) == EXTRAS["precision.py"]
+    assert list(extras) == ["precision", "plots"]
+    assert set(extras["precision"]) == EXTRAS["precision.py"]
+    assert set(extras["plots"]) == EXTRAS["plots.py"]
     groups = PYPROJECT["dependency-groups"]
     assert {"test", "docs", "validate"} <= set(groups)
     assert "sybil" in groups["test"] and "sphinx" in groups["docs"]

@@ -69,9 +69,11 @@ window.__tmProbe = (function () {
       {key: name, code: name, bubbles: true, cancelable: true}));
   }
 
+  var MATHNS = "http://www.w3.org/1998/Math/MathML";
+
+  // The innermost element under the pointer: a digit's <mn> inside an equation's number.
   function hoverTarget(el) {
-    return el.namespaceURI === "http://www.w3.org/2000/svg" ?
-      (el.querySelector("use, rect, path") || el) : el;
+    return el.namespaceURI === MATHNS ? (el.querySelector("mn, mi, mo") || el) : el;
   }
 
   // The popup is open for this claim, inside the viewport, on top, with the arithmetic.
@@ -130,11 +132,13 @@ window.__tmProbe = (function () {
     var vp = viewport();
     missing.forEach(function (id) {
       out.push({id: id, how: "render", msg: "a template with no number of that id (did " +
-        "MathJax render \\cssId?)"});
+        "the math renderer keep \\cssId?)"});
     });
-    document.querySelectorAll("mjx-merror, mjx-container [data-mjx-error]").forEach(function (e) {
-      out.push({id: "", how: "render", msg: "MathJax error: " +
-        (e.getAttribute("data-mjx-error") || e.textContent).slice(0, 120)});
+    document.querySelectorAll("math mi, math merror").forEach(function (e) {
+      if (e.localName === "merror" || /^\\[A-Za-z]/.test(e.textContent)) {
+        out.push({id: "", how: "render", msg: "TeX the math renderer did not know: " +
+          e.textContent.slice(0, 120)});
+      }
     });
     var stats = {claims: list.length, math: 0, above: 0, below: 0, over: 0};
     var api = window.trainmathClaims;
@@ -168,7 +172,7 @@ window.__tmProbe = (function () {
     list.forEach(function (c, i) {
       var el = c.el;
       var id = el.id;
-      if (el.namespaceURI === "http://www.w3.org/2000/svg") stats.math++;
+      if (el.namespaceURI === MATHNS) stats.math++;
       reveal(el);
       el.scrollIntoView({block: i % 2 ? "center" : "end", inline: "nearest", behavior: "instant"});
       var a = rectOf(el);
@@ -200,13 +204,9 @@ window.__tmProbe = (function () {
       target.dispatchEvent(new MouseEvent("mouseover", {bubbles: true, cancelable: true,
         relatedTarget: document.body, view: window}));
       checkPopup(c, "hover", out);
-      if (el.namespaceURI === "http://www.w3.org/2000/svg") {
-        var hit = el.querySelector(".tm-math-hit");
-        var hr = hit && hit.getBoundingClientRect();
-        if (!hr || hr.width < a.width || hr.height < a.height) {
-          out.push({id: id, how: "hover", msg: "the number in the equation has no hit area " +
-            "covering it"});
-        }
+      if (el.namespaceURI === MATHNS && getComputedStyle(el).borderBottomStyle !== "dotted" &&
+          !el.classList.contains("tm-claim-failed")) {
+        out.push({id: id, how: "render", msg: "the number in the equation is not underlined"});
       }
       var side = (document.getElementById("tm-popup") || {getAttribute: function () { return ""; }})
         .getAttribute("data-side");

@@ -9,7 +9,7 @@ pytest.importorskip("myst_nb")
 from sphinx.cmd.build import build_main  # noqa: E402
 
 CONF = 'extensions = ["myst_nb", "mystclaims.sphinx"]\nnb_execution_mode = "off"\n' \
-       'myst_enable_extensions = ["dollarmath"]\nmathjax_path = "local-mathjax.js"\n'
+       'myst_enable_extensions = ["dollarmath"]\nhtml_math_renderer = "mathml"\n'
 INDEX = "# Home\n\n```{toctree}\npage\n```\n"
 PAGE = textwrap.dedent("""\
     ---
@@ -56,8 +56,11 @@ def test_a_wrong_claim_fails_every_build_until_it_is_fixed(site):
     assert re.search(r'<span class="tm-claim" id="(tm-c-\d+)">63</span><template id="\1-detail">', html)
     assert '<div class="tm-step">= 64 − 1</div>' in html
     assert "where <code>n = 64 (an input)</code>" in html
-    # in math, the claim becomes a MathJax element with an id; in a link, plain text
-    assert re.search(r"\\class\{tm-claim\}\{\\cssId\{tm-c-\d+\}\{42\}\}", html)
+    # in math, the claim becomes a MathML element with an id, written at build time (no
+    # script); in a link, plain text
+    assert re.search(r'<mrow class="tm-claim" id="(tm-c-\d+)"><mn>42</mn></mrow>.*?</div>\s*'
+                     r'<template id="\1-detail">', html, re.S)
+    assert "mathjax" not in html.lower().replace("mathjax_ignore", "")
     assert '<span class="tm-claim-plain">42</span>' in (out / "index.html").read_text()
 
     (src / "page.md").write_text(PAGE.replace("{claim}`63 <n - 1>`", "{claim}`64 <n - 1>`"))

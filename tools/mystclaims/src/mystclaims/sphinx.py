@@ -282,7 +282,8 @@ def nonclaim_role(name, rawtext, text, lineno, inliner, options=None, content=No
 
 
 def on_doctree_read(app, doctree) -> None:
-    """Claims in math become MathJax ``\\class``/``\\cssId`` spans; hidden code leaves search."""
+    """Claims in math become ``\\class``/``\\cssId`` (one MathML ``<mrow>`` each: mathml.py);
+    hidden code leaves search."""
     env = app.env
     for node in list(doctree.findall(lambda n: isinstance(n, (nodes.math, nodes.math_block)))):
         latex = node.astext()
@@ -344,8 +345,8 @@ def _source_link(translator, name: str) -> str:
 
 
 def _detail_html(translator, claim_id: str, result: Shown | None) -> str:
-    parts = [f'<template id="{claim_id}-detail"><div class="tm-detail">',
-             '<div class="tm-detail-label">The arithmetic</div>']
+    # mystclaims.js adds the "The arithmetic" label: one copy in a script, not one per claim.
+    parts = [f'<template id="{claim_id}-detail"><div class="tm-detail">']
     if result is None:
         parts.append('<div class="tm-failure">not evaluated: the page\'s code failed above it</div>')
     else:
@@ -426,6 +427,41 @@ def check_html(app, exception) -> None:
                                "whose first line holds backticks", name, match.group(0))
 
 
+# -- math: MathML at build time ----------------------------------------------------------------
+
+def _render_math(self, node, tex: str, display: bool) -> str:
+    from .mathml import to_mathml
+
+    rendered = to_mathml(tex, display=display, macros=self.builder.config.mystclaims_math_macros)
+    for problem in rendered.problems:
+        logger.warning("math %r: %s", " ".join(tex.split())[:80], problem, location=node)
+    return rendered.html
+
+
+def visit_math_mathml(self, node) -> None:
+    """Inline math as a ``<math>`` element (``html_math_renderer = "mathml"``)."""
+    self.body.append(self.starttag(node, "span", "", CLASS="math notranslate nohighlight"))
+    self.body.append(_render_math(self, node, node.astext(), False))
+    self.body.append("</span>")
+    raise nodes.SkipNode
+
+
+def visit_displaymath_mathml(self, node) -> None:
+    """Display math: one ``<math display="block">`` per equation (a blank line parts them)."""
+    from sphinx.locale import _
+    from sphinx.util.math import get_node_equation_number
+
+    self.body.append(self.starttag(node, "div", CLASS="math notranslate nohighlight"))
+    if node.get("number"):
+        self.body.append(f'<span class="eqno">({get_node_equation_number(self, node)})')
+        self.add_permalink_ref(node, _("Link to this equation"))
+        self.body.append("</span>")
+    for part in (p for p in node.astext().split("\n\n") if p.strip()):
+        self.body.append(_render_math(self, node, part, True))
+    self.body.append("</div>\n")
+    raise nodes.SkipNode
+
+
 def _add_static(app, config) -> None:
     config.html_static_path.append(str(STATIC))
 
@@ -433,6 +469,11 @@ def _add_static(app, config) -> None:
 def setup(app):
     app.add_config_value("mystclaims_library", [], "env")
     app.add_config_value("mystclaims_watch", [], "env")
+    # \\name{a}{b} in math, expanded before it becomes MathML: name -> (body with #1.., arguments)
+    app.add_config_value("mystclaims_math_macros", {"claim": ("{#1}", 2),
+                                                    "nonclaim": ("{#1}", 1)}, "env")
+    app.add_html_math_renderer("mathml", (visit_math_mathml, None),
+                               (visit_displaymath_mathml, None))
     plain = (_plain_visit, _plain_depart)
     app.add_node(claim_node, html=(visit_claim_html, None), text=plain, latex=plain,
                  man=plain, texinfo=plain)

@@ -1,7 +1,8 @@
 /* trainmath claims: each checked number shows the arithmetic behind it.
  *
- * The page holds, for each claim, a number (<span class="tm-claim" id="tm-c-N">, or an element
- * with that id inside a MathJax SVG) and a <template id="tm-c-N-detail"> with its arithmetic.
+ * The page holds, for each claim, a number (<span class="tm-claim" id="tm-c-N">, or an
+ * <mrow class="tm-claim" id="tm-c-N"> inside an equation's MathML, written at build time) and a
+ * <template id="tm-c-N-detail"> with its arithmetic.
  * This script:
  *  - moves each arithmetic into one hidden container at the end of <body>, with an id the number
  *    names in aria-describedby;
@@ -22,7 +23,7 @@
   var HIDE_DELAY = 150; // ms to cross from the number to the popup
   var HOVER_DELAY = 80; // ms the pointer rests on a number before its popup opens
   var STORE_KEY = "trainmath-show-arithmetic";
-  var SVGNS = "http://www.w3.org/2000/svg";
+  var MATHNS = "http://www.w3.org/1998/Math/MathML";
 
   var claims = []; // records: {el, id, detail, block, math, inline}
   var byEl = new Map(); // claim element -> record
@@ -65,12 +66,12 @@
   function blockOf(el) {
     var table = el.closest("table");
     if (table) return table;
-    var math = el.closest("mjx-container");
-    if (math && math.getAttribute("display") === "true") return math.closest("div.math") || math;
+    var math = el.closest("math");
+    if (math && math.getAttribute("display") === "block") return math.closest("div.math") || math;
     return el.closest(BLOCK) || el.closest("section, article, main, body");
   }
 
-  // The text a number in an equation reads as, from MathJax's assistive MathML copy.
+  // The text a number in an equation reads as, from its MathML: 2^30, a/b.
   function mathText(node) {
     var kids = node.children;
     var name = node.localName;
@@ -89,6 +90,9 @@
     var detail = template.content.querySelector(".tm-detail");
     detail = detail ? detail.cloneNode(true) : make("div", "tm-detail");
     detail.id = id + "-arithmetic";
+    if (!detail.querySelector(".tm-detail-label")) {
+      detail.insertBefore(make("div", "tm-detail-label", "The arithmetic"), detail.firstChild);
+    }
     if (failed) {
       detail.insertBefore(make("div", "tm-detail-failed",
         "This number does not match its arithmetic."), detail.firstChild);
@@ -98,7 +102,7 @@
 
   function bind(el, template) {
     var id = el.id;
-    var math = el.namespaceURI === SVGNS;
+    var math = el.namespaceURI === MATHNS;
     var failed = el.classList.contains("tm-claim-failed");
     var rec = {el: el, id: id, detail: detailFor(id, template, failed), math: math,
       template: template, block: null, inline: null};
@@ -113,71 +117,11 @@
     return rec;
   }
 
-  // A number inside a MathJax SVG: give it a hit area, a dotted underline and a name.
+  // A number inside an equation's MathML: its CSS draws the underline and the highlight; the
+  // inline arithmetic names it by the text it reads as.
   function prepareMath(rec) {
-    var el = rec.el;
-    var container = el.closest("mjx-container");
-    var svg = el.ownerSVGElement;
-    if (svg) {
-      // Focus must not land inside aria-hidden: expose the SVG's claims, keep the MathML too.
-      svg.removeAttribute("aria-hidden");
-      svg.setAttribute("role", "none");
-    }
-    var label = "";
-    if (container) {
-      var inSvg = Array.prototype.slice.call(container.querySelectorAll("svg .tm-claim"));
-      var inMml = container.querySelectorAll("mjx-assistive-mml .tm-claim");
-      var i = inSvg.indexOf(el);
-      if (i >= 0 && inMml[i]) label = mathText(inMml[i]);
-    }
-    el.setAttribute("role", "img");
-    el.setAttribute("aria-label", label || "number");
-    rec.label = label;
-    el.classList.add("tm-math-claim");
-    rec.drawn = drawMath(rec);
-  }
-
-  // The hit area and the underline need the rendered box: a number in a closed dropdown or
-  // a hidden tab gets them when it is shown (see refreshMath).
-  function drawMath(rec) {
-    var el = rec.el;
-    if (!el.getClientRects().length) return false;
-    try {
-      var box = el.getBBox();
-      if (!box.width) return false;
-      var pad = 80; // MathJax units: 1000 per em
-      var hit = document.createElementNS(SVGNS, "rect");
-      hit.setAttribute("class", "tm-math-hit");
-      hit.setAttribute("x", box.x - pad / 2);
-      hit.setAttribute("y", box.y - pad);
-      hit.setAttribute("width", box.width + pad);
-      hit.setAttribute("height", box.height + 2 * pad);
-      hit.setAttribute("rx", 60);
-      hit.setAttribute("stroke-width", 50);
-      el.insertBefore(hit, el.firstChild);
-      // Which edge of the box is the bottom on screen depends on MathJax's flipped y axis.
-      var m = el.getScreenCTM();
-      var flipped = m && m.d < 0;
-      var y = flipped ? box.y - 70 : box.y + box.height + 70;
-      var line = document.createElementNS(SVGNS, "line");
-      line.setAttribute("class", "tm-math-underline");
-      line.setAttribute("x1", box.x);
-      line.setAttribute("x2", box.x + box.width);
-      line.setAttribute("y1", y);
-      line.setAttribute("y2", y);
-      line.setAttribute("stroke-width", 60);
-      line.setAttribute("stroke-dasharray", "60 60");
-      el.appendChild(line);
-      return true;
-    } catch (e) {
-      return false;
-    }
-  }
-
-  function refreshMath() {
-    claims.forEach(function (rec) {
-      if (rec.math && !rec.drawn) rec.drawn = drawMath(rec);
-    });
+    rec.label = mathText(rec.el);
+    rec.el.classList.add("tm-math-claim");
   }
 
   function bindAll() {
@@ -372,7 +316,6 @@
     var rec = claimOf(e.target);
     if (!rec || hovered === rec) return; // not a number, or moving inside the number
     hovered = rec;
-    if (rec.math && !rec.drawn) rec.drawn = drawMath(rec);
     if (rec === dismissed) return;
     dismissed = null;
     clearTimeout(showTimer);
@@ -397,7 +340,6 @@
   function onFocusIn(e) {
     var rec = claimOf(e.target);
     if (!rec) return;
-    if (rec.math && !rec.drawn) rec.drawn = drawMath(rec);
     rec.el.tabIndex = 0; // roving: the focused number is its block's tab stop
     claims.forEach(function (r) {
       if (r.block === rec.block && r !== rec) r.el.tabIndex = -1;
@@ -515,8 +457,8 @@
       rec.inline = inlineNode(rec);
       if (rec.math) {
         // After the equation: a list under a display equation, inline after inline math.
-        var holder = rec.el.closest("div.math, span.math") || rec.el.closest("mjx-container");
-        var display = holder.localName === "div" || holder.getAttribute("display") === "true";
+        var holder = rec.el.closest("div.math, span.math") || rec.el.closest("math");
+        var display = holder.localName === "div" || holder.getAttribute("display") === "block";
         var list = holder.nextElementSibling;
         while (list && list.localName === "template") list = list.nextElementSibling;
         if (!list || !list.classList.contains("tm-inline-list")) {
@@ -665,10 +607,15 @@
     var drop = "template, .tm-detail, .tm-popup, .tm-inline, .tm-inline-list, .tm-toggle-bar, " +
       ".tm-claim-detail, .cell details.hide, .tag_hide-input .cell_input, " +
       ".tag_hide-cell .cell_input, .tag_hide-cell .cell_output, .tag_hide-output .cell_output, " +
-      ".tag_remove-input .cell_input, mjx-assistive-mml";
+      ".tag_remove-input .cell_input";
     doc.querySelectorAll(drop).forEach(function (el) { el.remove(); });
+    // An equation's MathML reads badly as text ("sbh(34+5ash)"): its TeX, made readable.
     doc.querySelectorAll(".math").forEach(function (el) {
-      el.textContent = texToText(el.textContent);
+      var maths = el.querySelectorAll("math[alttext]");
+      var tex = maths.length ? Array.prototype.map.call(maths, function (m) {
+        return m.getAttribute("alttext");
+      }).join(" ") : el.textContent;
+      el.textContent = texToText(tex);
     });
   }
 
@@ -704,8 +651,6 @@
     document.addEventListener("focusout", onFocusOut);
     document.addEventListener("keydown", onKey, true);
     document.addEventListener("pointerdown", onPointerDown, true);
-    document.addEventListener("toggle", refreshMath, true); // a dropdown opened
-    document.addEventListener("change", refreshMath); // a tab chosen
     window.addEventListener("scroll", queuePlace, {capture: true, passive: true});
     window.addEventListener("resize", queuePlace, {passive: true});
     window.addEventListener("beforeprint", function () {
@@ -720,11 +665,6 @@
     var wanted = false;
     try { wanted = localStorage.getItem(STORE_KEY) === "1"; } catch (e) { /* private mode */ }
     if (wanted) setInline(true, false);
-    // Numbers in equations exist once MathJax has typeset the page.
-    var mj = window.MathJax;
-    if (mj && mj.startup && mj.startup.promise) {
-      mj.startup.promise.then(bindAll).catch(function () { /* the math shows its own error */ });
-    }
   }
 
   wrapSearch(); // searchtools.js may already be loaded; else start() tries again
