@@ -159,3 +159,15 @@ def test_source_links_are_reported_where_the_site_asks():
 
 def test_a_sign_before_a_number_does_not_hide_it():
     assert [t for _, t, _ in _reported("It saturates to ±448 or −57,344.\n")] == ["±448", "−57,344."]
+
+
+def test_one_reader_of_math_claims_never_pairs_a_claim_with_a_later_brace():
+    import re
+
+    from mystclaims.scanner import _MATH_CLAIM, math_claim_at
+
+    body = "y = \\claim{42} + x^{2} + \\claim{7}{n}"
+    first, second = (math_claim_at(body, m) for m in _MATH_CLAIM.finditer(body))
+    assert first.expr is None and "has no expression" in first.error
+    assert (second.shown, second.expr, body[second.start:second.end]) == ("7", "n", "\\claim{7}{n}")
+    assert re.fullmatch(r"\\claim\{42\}", first.raw)

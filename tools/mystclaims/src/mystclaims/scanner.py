@@ -483,33 +483,53 @@ class _Scanner:
         A claim whose braces do not close, or that lacks its expression, is recorded with an
         error at its own line rather than aborting the page.
         """
-        first_end = _balanced(body, m.end() - 1)
-        if first_end is None:
-            end_at = len(body)
-            self.add_claim(start + m.start(), start + end_at, body[m.start():].strip(), True,
-                           f"the braces of \\{m['cmd']}{{...}} do not close before the math ends")
-            return end_at
-        if m["cmd"] == "nonclaim":
-            return first_end
-        shown = body[m.end():first_end - 1]
-        after = re.match(r"\s*\{", body[first_end:])
-        if after is None:
-            self.add_claim(start + m.start(), start + first_end, f"\\claim{{{shown}}}", True,
-                           f"\\claim{{{shown}}} has no expression: write "
-                           f"\\claim{{{shown}}}{{python expression}}")
-            return first_end
-        brace = first_end + after.end() - 1
-        end_at = _balanced(body, brace)
-        if end_at is None:
-            end_at = len(body)
-            self.add_claim(start + m.start(), start + end_at, body[m.start():].strip(), True,
-                           f"the expression of \\claim{{{shown}}} has no closing brace before "
-                           "the math ends")
-            return end_at
-        raw = f"{shown} <{body[brace + 1:end_at - 1]}>"
-        self.add_claim(start + m.start(), start + end_at, raw, in_math=True)
-        return end_at
+        found = math_claim_at(body, m)
+        if found.cmd == "claim" or found.error:
+            raw = found.raw if found.error else f"{found.shown} <{found.expr}>"
+            self.add_claim(start + found.start, start + found.end, raw, True, found.error)
+        return found.end
 
+
+@dataclass(frozen=True)
+class MathClaim:
+    """A ``\\claim{shown}{expr}`` or ``\\nonclaim{shown}`` in a formula, as offsets into it."""
+
+    cmd: str
+    start: int
+    end: int
+    shown: str
+    expr: str | None
+    raw: str
+    error: str | None = None
+
+
+def math_claim_at(body: str, m: re.Match) -> MathClaim:
+    """Read the claim macro that :data:`_MATH_CLAIM` matched at ``m`` in ``body``.
+
+    The one reader of claims in math: the scanner and the Sphinx extension both use it, so
+    they agree on what a formula claims and on what is an error.
+    """
+    cmd = m["cmd"]
+    first_end = _balanced(body, m.end() - 1)
+    if first_end is None:
+        return MathClaim(cmd, m.start(), len(body), "", None, body[m.start():].strip(),
+                         f"the braces of \\{cmd}{{...}} do not close before the math ends")
+    shown = body[m.end():first_end - 1]
+    if cmd == "nonclaim":
+        return MathClaim(cmd, m.start(), first_end, shown, None, body[m.start():first_end])
+    after = re.match(r"\s*\{", body[first_end:])
+    if after is None:
+        return MathClaim(cmd, m.start(), first_end, shown, None, f"\\claim{{{shown}}}",
+                         f"\\claim{{{shown}}} has no expression: write "
+                         f"\\claim{{{shown}}}{{python expression}}")
+    brace = first_end + after.end() - 1
+    end_at = _balanced(body, brace)
+    if end_at is None:
+        return MathClaim(cmd, m.start(), len(body), shown, None, body[m.start():].strip(),
+                         f"the expression of \\claim{{{shown}}} has no closing brace before "
+                         "the math ends")
+    return MathClaim(cmd, m.start(), end_at, shown, body[brace + 1:end_at - 1],
+                     body[m.start():end_at])
 
 def scan(text: str, names: frozenset[str] | set[str] = frozenset(),
          lint: Lint | None = None) -> Page:

@@ -37,7 +37,7 @@ from sphinx.util import logging
 
 from .arithmetic import Arithmetic
 from .runner import Result, run_code, run_page
-from .scanner import _MATH_CLAIM, Code, _balanced, scan
+from .scanner import _MATH_CLAIM, Code, math_claim_at, scan
 
 logger = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -290,19 +290,16 @@ def on_doctree_read(app, doctree) -> None:
         details, rewritten = [], []
         pos = 0
         for m in _MATH_CLAIM.finditer(latex):
-            if m["cmd"] != "claim" or m.start() < pos:
+            if m.start() < pos:
                 continue
-            first_end = _balanced(latex, m.end() - 1)
-            brace = latex.find("{", first_end) if first_end else -1
-            end_at = _balanced(latex, brace) if brace >= 0 else None
-            if first_end is None or end_at is None:
-                continue  # the scanner reported it; leave the TeX as written
-            shown = latex[m.end():first_end - 1]
-            claim_id, result = _take(env, f"{shown} <{latex[brace + 1:end_at - 1]}>")
+            found = math_claim_at(latex, m)
+            if found.cmd != "claim" or found.error:
+                continue  # a non-claim, or an error the scanner reported: TeX as written
+            claim_id, result = _take(env, f"{found.shown} <{found.expr}>")
             css = "tm-claim" if result and result.ok else "tm-claim tm-claim-failed"
             rewritten.append(latex[pos:m.start()])
-            rewritten.append(f"\\class{{{css}}}{{\\cssId{{{claim_id}}}{{{shown}}}}}")
-            pos = end_at
+            rewritten.append(f"\\class{{{css}}}{{\\cssId{{{claim_id}}}{{{found.shown}}}}}")
+            pos = found.end
             details.append(claim_detail_node(claim_id=claim_id, result=result))
         if not details:
             node["classes"].append("no-search")
