@@ -56,6 +56,7 @@ class Recipe:
     - ``reduce_bytes``: bytes per element of the gradients' reduce-scatter when it runs in
       another format than the gradients (FSDP2's ``reduce_dtype=torch.float32``: 4);
     - ``optimizer_impl``: how its optimizer step usually runs (:data:`OPTIMIZER_IMPLS`);
+    - ``fp8_gemms``: its matrix multiplies run in fp8 (the fp8 recipe);
     - ``framework``: "" for the four precision recipes (formats only), else the framework whose
       behaviour it follows.
     """
@@ -78,6 +79,9 @@ class Recipe:
     reduce_bytes: int | None = None
     optimizer_impl: str = "foreach"
     framework: str = ""
+    #: the matrix multiplies run in fp8 (Transformer Engine): the peak a time to train is
+    #: measured against is the fp8 one (:func:`trainmath.runs.peak_precision`)
+    fp8_gemms: bool = False
 
     @property
     def after_step(self) -> int:
