@@ -193,7 +193,8 @@ def test_the_command_prints_the_library_estimate():
     d = json.loads(out.getvalue())
     assert list(d) == ["params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
-                       "microbatches", "pipeline_bubble", "gpus", "fits", "inputs"]
+                       "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
+                       "host", "time", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
 
@@ -227,8 +228,21 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: Gpu(80), r"gpu memory must be a positive Bytes, e.g. parse_bytes\('80GB'\), got 80"),
         (lambda: Gpu(), "a Gpu needs a kind .accepted: a100-sxm, h100-sxm, h200, b200. or a memory"),
         (lambda: run(7e9, gpu="v100"), "unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
-        (lambda: run(7e9, gpu="h100-sxm", gpu_memory="80GB"),
-         "give gpu .a kind, 'h100-sxm'. or gpu_memory .an amount, '80GB'., not both"),
+        (lambda: run(7e9, offload="cpu"),
+         "unknown offload 'cpu'; accepted: none, optimizer, parameters"),
+        (lambda: run(7e9, offload="parameters", zero_stage=1), "needs ZeRO stage 3"),
+        (lambda: run(7e9, overhead="-1 GB"), "cannot read '-1 GB' as an amount of memory"),
+        (lambda: Run(7_000_000_000, overhead=5), r"overhead must be a Bytes of 0 or more, e.g. "
+                                                  r"parse_bytes\('2GiB'\), got 5"),
+        (lambda: run(7e9, tokens=10**12), "tokens needs mfu as well"),
+        (lambda: run(7e9, mfu=0.4, gpu="h100-sxm"), "mfu needs tokens as well"),
+        (lambda: run(7e9, tokens=10**12, mfu=1.2, gpu="h100-sxm"),
+         r"mfu must be a fraction in \(0, 1\], such as 0.4, got 1.2"),
+        (lambda: run(7e9, tokens=0, mfu=0.4, gpu="h100-sxm"),
+         "tokens must be a positive whole number, got 0"),
+        (lambda: run(7e9, tokens=10**12, mfu=0.4, gpu_memory="80GB"),
+         "a time to train needs a GPU kind for its peak FLOP/s"),
+        (lambda: run(7e9, gpus_per_node=0), "gpus_per_node must be a positive whole number, got 0"),
         (lambda: Run(7_000_000_000, training="adamw"), "training must be a Training, got 'adamw'"),
         (lambda: run("llama-3-70b", tp=3),
          r"invalid layout \(dp 1 × tp 3 × pp 1 × cp 1 = 3 GPUs\) for llama-3-70b: heads 64 is not "

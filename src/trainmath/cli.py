@@ -334,6 +334,9 @@ def render(est: Estimate) -> str:
     lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
     lines.append(f"  at {top.when}")
     lines.extend(_gathered_lines(est, row))
+    if est.gathered is None and t.zero_stage == 3 and shape is None:
+        lines.append(f"  {'gathered units':<17}{'not counted':>12}   (needs a model shape: a "
+                     "unit is a layer)")
     if est.overhead.n or r.gpu is not None:
         what = ("--overhead: CUDA context, workspaces, NCCL buffers, fragmentation"
                 if est.overhead.n else "none given: see --overhead")

@@ -367,8 +367,8 @@ def _check_offload(t: Training) -> None:
             raise ValueError(f"offload 'optimizer' needs ZeRO stage 2 or 3 (ZeRO-Offload builds on "
                              f"ZeRO-2), got stage {t.zero_stage}; accepted: stage 2 or 3")
     elif t.zero_stage != 3:
-        raise ValueError(f"offload 'parameters' needs ZeRO stage 3 (sharded parameters), got stage "
-                         f"{t.zero_stage}; accepted: stage 3")
+        raise ValueError(f"offload 'parameters' (params) needs ZeRO stage 3 (sharded parameters), "
+                         f"got stage {t.zero_stage}; accepted: stage 3")
 
 
 def _check_count_only(lay: Layout, batch: Batch) -> None:
@@ -607,6 +607,13 @@ class Estimate:
                          "unit_bytes": _whole(g.layer), "prefetch": g.prefetch,
                          "units_at_peak": units, "root_bytes": _whole(g.root),
                          "bytes_at_peak": _whole(held)}},
+            "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
+            "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
+            "pipeline_stage": self.pipeline_stage,
+            "microbatches": self.microbatches,
+            "pipeline_bubble": None if self.bubble is None else float(self.bubble),
+            "gpus": self.gpus,
+            "fits": self.fits,
             "overhead": _whole(self.overhead),
             "needed": _whole(top.total) + _whole(self.overhead),
             "host": {"per_device": _whole(self.host), "per_node": _whole(self.host_per_node)},
@@ -616,13 +623,6 @@ class Estimate:
                 "peak": time.peak.describe(), "seconds": time.seconds,
                 "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
                 "tokens_per_second": time.tokens_per_second},
-            "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
-            "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
-            "pipeline_stage": self.pipeline_stage,
-            "microbatches": self.microbatches,
-            "pipeline_bubble": None if self.bubble is None else float(self.bubble),
-            "gpus": self.gpus,
-            "fits": self.fits,
             "inputs": {
                 "model": None if shape is None else shape.name,
                 "shape": None if shape is None else {
