@@ -115,7 +115,7 @@ def test_parse_count(text):
         (["--params", "seven"], "'seven' is not a positive whole number of parameters"),
         (["--params", "7.5"], "'7.5' is not a positive whole number of parameters"),
         (["--model", "llama-9"], "argument --model: unknown model preset 'llama-9'; accepted: llama-2-7b, "),
-        (["--params", "7e9", "--precision", "fp8"], "argument --recipe/--precision: unknown recipe 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, zero-paper"),
+        (["--params", "7e9", "--precision", "fp8"], "argument --recipe/--precision: unknown recipe 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, fp8-te, zero-paper"),
         (["--params", "7e9", "--optimizer", "lion"], "argument --optimizer: unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
         (["--params", "7e9", "--zero", "4"], "argument --zero: unknown ZeRO stage '4'; accepted: 0, 1, 2, 3"),
         (["--params", "7e9", "--zero", "one"], "argument --zero: unknown ZeRO stage 'one'; accepted: 0, 1, 2, 3"),
@@ -231,7 +231,7 @@ def test_help_names_the_new_flags(capsys):
         main(["estimate", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     for text in ("--recipe NAME, --precision NAME", "--implementation NAME", "--optimizer-impl IMPL",
-                 "bf16-master-free, amp, fsdp2, zero-paper", "megatron-te, megatron-eager, hf-sdpa, "
+                 "bf16-master-free, amp, fsdp2, fp8-te, zero-paper", "megatron-te, megatron-eager, hf-sdpa, "
                  "hf-eager", "fused, foreach, for-loop"):
         assert text in out, text
 
@@ -372,3 +372,17 @@ def test_help_names_the_plan_flags(capsys):
     for text in ("--overhead SIZE", "default 0 (not counted)", "--offload WHAT",
                  "--gpus-per-node N", "--tokens N", "--mfu F", "a100-80gb", "--gpu NAME"):
         assert text in out, text
+
+
+def test_fp8_training_keeps_megatron_s_states_and_runs_at_the_fp8_peak(capsys):
+    """Transformer Engine's fp8 under Megatron-LM: bf16 parameters, fp32 main_grad, fp32 master
+    weights and Adam, 2 + 4 + 4 + 8 = 18 bytes per parameter (Megatron-LM's
+    dist_optimizer.md); the time is measured against the H100 SXM5's dense fp8 peak, 1,978.9
+    TFLOP/s (H100 whitepaper). The A100 has no fp8 tensor cores."""
+    d = estimate_json(capsys, "--params", "7e9", "--recipe", "fp8-te", "--gpu", "h100-sxm",
+                      "--tokens", "1T", "--mfu", "0.3")
+    assert d["per_device"]["total"] == 18 * 7 * 10**9
+    assert d["time"]["peak_flops_per_gpu"] == 1978.9e12
+    status, _, err = run(capsys, "estimate", "--params", "7e9", "--recipe", "fp8-te", "--gpu",
+                         "a100-80gb", "--tokens", "1T", "--mfu", "0.3")
+    assert status == 2 and "A100 SXM 80GB has no fp8 tensor cores" in err

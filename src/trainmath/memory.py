@@ -178,6 +178,21 @@ RECIPES: dict[str, Recipe] = {
             "reshard_after_forward=False (ZeRO-2 at the peak) is not modelled",
             compute=2, stages=(3,), default_stage=3, reduce_bytes=4, framework="PyTorch FSDP2",
         ),
+        Recipe(
+            "fp8-te", 2, 4, 4, 4,
+            "fp8 training with NVIDIA Transformer Engine under Megatron-LM (--fp8-format hybrid): "
+            "the matrix multiplies of the linear layers run in fp8 (E4M3 forward, E5M2 gradients) "
+            "while the model states stay as Megatron-LM keeps them, bf16 parameters, an fp32 "
+            "main_grad buffer, fp32 master weights and Adam: 18 bytes per parameter (Transformer "
+            "Engine's FP8 primer: fp8 is a compute format, the master weights and optimizer stay "
+            "in higher precision). Not counted here: the fp8 copy of each linear weight that "
+            "Transformer Engine casts once per step and caches across micro-batches, with its "
+            "transpose on Hopper (1 + 1 bytes per linear weight; TE docs, FP8 weight caching and "
+            "Handling transposes), and the fp8 inputs of the linear layers it saves for backward "
+            "in place of bf16 ones (the activations are counted in bf16, an upper bound)",
+            persistent_gradients=True, optimizer_impl="fused",
+            framework="Megatron-LM with Transformer Engine", fp8_gemms=True,
+        ),
     )
 }
 
