@@ -217,8 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "on the run's GPUs; needs --mfu and --gpu")
     plan.add_argument("--mfu", type=parse_mfu, metavar="F",
                       help="model FLOPs utilization assumed, 0.4 or 40%%, of the GPU's dense peak "
-                      "in the recipe's precision; no default: say it (published runs: 0.4 to "
-                      "0.56)")
+                      "in the recipe's precision; no default: say it (published runs: about 0.4 "
+                      "to 0.56)")
     est.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser
 
