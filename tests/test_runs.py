@@ -346,3 +346,42 @@ def test_foreach_adamw_adds_four_bytes_per_parameter_at_the_step():
 def test_bad_training_choices_name_the_value(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+# -- offload, overhead, time: the library behind the command's new flags -------------------------
+def test_offload_matches_deepspeed_s_own_estimate():
+    """DeepSpeed's estimate_zero3_model_states_mem_needs (deepspeed/runtime/zero/stage3.py, with
+    zero_init and before its 1.5 buffer factor): with offload_optimizer, 16 bytes per parameter
+    of CPU memory per node over the nodes and 2Ψ/GPUs of 16-bit parameters left on each GPU;
+    with offload_param too, 18 bytes per parameter per node over the nodes."""
+    psi, nodes, per_node = 70 * 10**9, 2, 8
+    kw = dict(recipe="deepspeed", dp=nodes * per_node, zero_stage=3, gpus_per_node=per_node)
+    opt = estimate(run(psi, offload="optimizer", **kw))
+    assert opt.host_per_node == Bytes(16 * psi // nodes)
+    assert opt.device.weights == Bytes(2 * psi // (nodes * per_node))
+    assert opt.device.optimizer_states == Bytes(0) and opt.device.master_weights == Bytes(0)
+    par = estimate(run(psi, offload="parameters", **kw))
+    assert par.host_per_node == Bytes(18 * psi // nodes)
+    assert par.device.total == Bytes(0)
+
+
+def test_overhead_and_a_gpu_memory_that_overrides_the_kind():
+    """16Ψ = 112 GB for 7B (ZeRO §3.1) plus the optimizer step's fp32 gradient copies, 4Ψ: the
+    step's peak is 140 GB; with 10 GB of overhead it needs 150 GB, more than a 141 GB card."""
+    e = estimate(run(7_000_000_000, gpu="h200", gpu_memory="141GB", overhead="10GB"))
+    assert (e.peak.bytes, e.needed) == (Bytes(140 * 10**9), Bytes(150 * 10**9))
+    assert e.fits is False and e.run.gpu.kind == "h200"
+    assert estimate(run(7_000_000_000, gpu="h200", overhead="10GB")).fits is True  # 150.75 GB
+    assert Gpu(kind="a100-80gb").kind == "a100-sxm"
+
+
+def test_time_to_train_uses_the_run_s_gpus_and_the_recipe_s_peak():
+    """Llama-3-8B, 15T tokens (Dubey et al. 2024, §3.1), PaLM's 6N + 12·L·h·s at s = 8192 on
+    H100s at 40% MFU: tokens × FLOPs per token ÷ (0.4 × GPUs × 989.4e12) seconds."""
+    e = estimate(run("llama-3-8b", seq_len=8192, dp=128, zero_stage=1, gpu="h100-sxm",
+                     tokens=15 * 10**12, mfu=0.4))
+    n = 8_030_261_248 - 128256 * 4096 - 65 * 4096  # the matmul weights
+    per_token = 6 * n + 12 * 32 * 4096 * 8192
+    assert e.time.flops_per_token == per_token and e.time.gpus == 128
+    assert e.time.seconds == pytest.approx(15e12 * per_token / (0.4 * 128 * 989.4e12), rel=1e-12)
+    assert e.to_dict()["time"]["gpu_hours"] == pytest.approx(e.time.seconds * 128 / 3600)

@@ -710,17 +710,20 @@ def _offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, 
     format (fp32 for mixed precision, ``initialize_optimizer_states`` in DeepSpeed's
     ``stage_1_and_2.py``), as :func:`trainmath.sharding.fsdp_memory` counts them; the 16-bit
     weights stay. "parameters" (ZeRO-Infinity, Rajbhandari et al. 2021; FSDP2's
-    ``CPUOffloadPolicy``): every sharded state moves; the GPU keeps the gathered units.
+    ``CPUOffloadPolicy``): the weights' shards move too; the GPU keeps the gathered units.
+    DeepSpeed's own estimate (``estimate_zero3_model_states_mem_needs`` in
+    ``deepspeed/runtime/zero/stage3.py``) gives the same 16 and 18 bytes per parameter of host
+    memory, before its allowance of 1.5 times that for buffers.
     """
     zero = Bytes(0)
     if offload == "none":
         return d, zero
+    grads = Bytes(Fraction(d.params * max(r.gradients, r.master_weights), d.zero_group))
+    host = grads + d.master_weights + d.optimizer_states
     if offload == "optimizer":
-        grads = Bytes(Fraction(d.params * max(r.gradients, r.master_weights), d.zero_group))
-        return (replace(d, gradients=zero, master_weights=zero, optimizer_states=zero),
-                grads + d.master_weights + d.optimizer_states)
+        return replace(d, gradients=zero, master_weights=zero, optimizer_states=zero), host
     return (replace(d, weights=zero, gradients=zero, master_weights=zero, optimizer_states=zero),
-            d.model_states)
+            host + d.weights)
 
 
 def _offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
