@@ -148,7 +148,7 @@ def test_parse_count(text):
         (["--params", "7e9", "--offload", "optimizer", "--recipe", "fsdp2"],
          "offload 'optimizer' with recipe 'fsdp2': FSDP2 has no optimizer-only offload"),
         (["--params", "7e9", "--offload", "optimizer", "--recipe", "megatron", "--zero", "2"],
-         "offload 'optimizer' with recipe 'megatron' is not modelled"),
+         "offload 'optimizer' with recipe 'megatron' (Megatron-LM's persistent fp32 gradient buffer) is not modelled"),
         (["--params", "7e9", "--overhead", "2"], "argument --overhead: cannot read '2' as an amount"),
         (["--params", "7e9", "--overhead", "lots"], "argument --overhead: cannot read 'lots'"),
         (["--params", "7e9", "--gpus-per-node", "0"],

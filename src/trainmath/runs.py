@@ -28,7 +28,14 @@ plain keywords (a preset name, a GPU kind such as ``"h100-sxm"``, ``"80GB"``).
 - the peak of a step (:mod:`trainmath.peak`): when each of these is alive, with the loss's
   logits, gathered ZeRO-3/FSDP units and the optimizer's temporaries; ``fits`` compares it
   with the GPU's usable memory;
-- with a global batch: m micro-batches per step and the bubble, (pp-1)/(m·v).
+- with a global batch: m micro-batches per step and the bubble, (pp-1)/(m·v);
+- with ``offload`` (:class:`Training`): the offloaded states moved from the device to
+  :attr:`Estimate.host`, CPU memory per device (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity,
+  Rajbhandari et al. 2021; FSDP2's ``CPUOffloadPolicy``), and per node with ``gpus_per_node``;
+- :attr:`Run.overhead`, what no formula counts (CUDA context, workspaces, NCCL buffers,
+  fragmentation), added to the peak for ``fits`` (:attr:`Estimate.needed`);
+- with a :class:`Budget` (tokens, MFU) and a GPU kind: FLOPs per token, time to train and
+  GPU-hours (:class:`TrainingTime`; Kaplan et al. 2020, Chowdhery et al. 2022 Appendix B).
 
 Pure, fast and free of I/O, so a planner can call it in a loop and a browser (Pyodide) can
 run it. :meth:`Estimate.to_dict` is exactly the JSON that ``trainmath estimate --json`` prints.
@@ -355,9 +362,10 @@ def _check_offload(t: Training) -> None:
     with offload."""
     if t.offload == "none":
         return
-    if t.recipe == "megatron":
-        raise ValueError(f"offload {t.offload!r} with recipe 'megatron' is not modelled; accepted: "
-                         "offload 'none', or a ZeRO recipe (bf16-mixed, deepspeed, fsdp2, ...)")
+    if recipe(t.recipe).persistent_gradients:
+        raise ValueError(f"offload {t.offload!r} with recipe {t.recipe!r} (Megatron-LM's persistent "
+                         "fp32 gradient buffer) is not modelled; accepted: offload 'none', or a "
+                         "ZeRO recipe (bf16-mixed, deepspeed, fsdp2, ...)")
     if t.offload == "optimizer":
         if t.recipe == "fsdp2":
             raise ValueError("offload 'optimizer' with recipe 'fsdp2': FSDP2 has no optimizer-only "
