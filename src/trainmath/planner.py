@@ -183,6 +183,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _grids(n: int) -> list[tuple[int, int, int, int]]:
+    """Every (dp, tp, pp, cp) with dp · tp · pp · cp = n (an ep degree divides n first)."""
+    return [(n // (tp * cp * pp), tp, pp, cp) for tp in _divisors(n) for cp in _divisors(n // tp)
+            for pp in _divisors(n // (tp * cp))]
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One layout and setting the planner considered, and what became of it.
@@ -512,14 +518,7 @@ def plan(
 
     candidates: list[Candidate] = []
     winners: list[Candidate] = []
-    grids = []
-    for ep in ep_candidates(model, n):  # (1,) for dense models; an ep degree divides the rest
-        rest = n // ep
-        for tp in _divisors(rest):
-            for cp in _divisors(rest // tp):
-                for pp in _divisors(rest // (tp * cp)):
-                    dp = rest // (tp * cp * pp)
-                    grids.append((dp, tp, pp, cp))
+    grids = [g for ep in ep_candidates(model, n) for g in _grids(n // ep)]
     for dp, tp, pp, cp in grids:
         lay = Layout(dp, tp, pp, cp, 1, tp > 1)
         problems = _grid_problems(model, dp, tp, pp, cp, s, B, node, tp_across_nodes,
@@ -544,7 +543,7 @@ def plan(
                            achievable, nvlink, network, overlap, n, ranking, tp_across_nodes,
                            cp_across_nodes)
     if not ranking:
-        raise ValueError(_nothing_fits(model, n, s, B, gpu, device, candidates))
+        raise ValueError(_nothing_fits(model, n, s, B, gpu, device, candidates, node, attention))
     return Plan(model, gpu, n, node, s, B, t0, device.memory, float(achievable), float(nvlink),
                 float(network), overlap, ranking, tuple(candidates), user, probe.assumed)
 
@@ -652,7 +651,7 @@ def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, n
                         best = ((peak <= device.memory, -t.total), lv, z, rc, b, t, peak)
     _, lv, z, rc, b, t, peak = best
     fits = peak <= device.memory
-    place = 1 + sum(1 for c in ranking if c.time.total < t.total)
+    place = 1 + sum(1 for c in ranking if c.time.total < t.total and c.grid != (dp, tp, pp, cp))
     reason = (f"your layout: fits, would rank {place} of {len(ranking)}" if fits else
               f"your layout: does not fit, peak {peak.format('GB', 1)} > "
               f"{device.memory.format('GB', 1)} usable")
@@ -660,17 +659,21 @@ def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, n
                    reason) if fits else Candidate(lv, z, rc, b, "dropped", reason, t, peak)
 
 
-def _nothing_fits(model, n, s, B, gpu, device, candidates) -> str:
+def _nothing_fits(model, n, s, B, gpu, device, candidates, node, attention) -> str:
     """The message when no layout is left: what would work."""
     valid = [c for c in candidates if not c.reason.startswith("invalid")]
     if not valid:
-        dps = sorted({d for d in _divisors(n) if B % d == 0})
+        def runnable(g: int) -> bool:
+            return any(not _grid_problems(model, d, t, p, c, s, B, node, False, False, attention)
+                       for d, t, p, c in _grids(g))
+        below = next((g for g in range(n - 1, 0, -1) if runnable(g)), None)
+        above = next((g for g in range(n + 1, 4 * n + 1) if runnable(g)), None)
+        near = " or ".join(str(g) for g in (below, above) if g is not None)
         return (f"no layout of {n} GPUs can run {model.name} with global batch {B} and seq_len "
-                f"{s}: every split breaks a rule (e.g. {candidates[0].reason[9:]}); accepted: a "
-                f"GPU count whose dp divides the batch and whose tp divides the heads "
-                f"({model.heads}) and kv_heads ({model.kv_heads}), pp the layers "
-                f"({model.layers}); data-parallel sizes that divide {B} here: "
-                f"{', '.join(map(str, dps))}")
+                f"{s}: every split breaks a rule (e.g. {candidates[0].reason[9:]}); a layout "
+                f"needs dp to divide the batch, tp the heads ({model.heads}) and kv_heads "
+                f"({model.kv_heads}), pp the layers ({model.layers}); accepted: "
+                + (f"{near} GPUs" if near else "another GPU count or global batch"))
     smallest = min((c for c in valid if c.peak is not None), key=lambda c: c.peak.n, default=None)
     hint = "" if smallest is None else (f"; the smallest peak found is "
                                         f"{smallest.peak.format('GB', 1)} ({smallest.describe()})")
