@@ -141,7 +141,7 @@ def test_user_layout_is_placed(p70):
     assert u.grid == (16, 8, 4, 1) and u.rank == p70.rank_of(16, 8, 4)
     assert u.reason == f"your layout: rank {u.rank} of {len(p70.ranking)}"
     lines = p70.explain(3)
-    assert lines[0].startswith("best: ") and len(lines) == 4
+    assert lines[0].startswith("best: ") and len(lines) == 3
 
 
 def test_bad_input_says_what_would_work():

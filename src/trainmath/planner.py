@@ -291,12 +291,12 @@ class Plan:
         return None
 
     def explain(self, top: int = 10) -> list[str]:
-        """For the best layout, why each of the next ``top`` lost, one line each."""
+        """For the best layout, why each other layout of the first ``top`` lost, one line each."""
         best = self.best
         lines = [f"best: {best.describe()}: {best.time.total:.2f} s per step, "
                  f"{best.peak.format('GB', 1)} peak, limited by {best.time.limit}"]
         b = best.time
-        for c in self.ranking[1:top + 1]:
+        for c in self.ranking[1:top]:
             t = c.time
             diffs = {
                 "compute (recomputation)": t.compute - b.compute, "bubble": t.bubble - b.bubble,
