@@ -42,7 +42,7 @@ dense model, the only kind :class:`~trainmath.models.ModelShape` describes today
 >>> p = plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64)
 >>> best = p.best
 >>> best.layout.describe(), best.zero_stage, best.fits
-('dp 8 × tp 1 × pp 1 × cp 1 = 8 GPUs', 1, True)
+('dp 8 × tp 1 × pp 1 × cp 1 = 8 GPUs', 3, True)
 """
 
 from __future__ import annotations
