@@ -220,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "in the recipe's precision; no default: say it (published runs: about 0.4 "
                       "to 0.56)")
     est.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _add_plan_parser(sub, model)
     return parser
 
 
@@ -429,12 +430,143 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status (0, or 2 for bad input)."""
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "plan":
+            return _plan_main(args)
         result = estimate(to_run(args))
     except (UsageError, ValueError, argparse.ArgumentTypeError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     print(result.to_json() if args.json else render(result))
     return 0
+
+
+# -- trainmath plan ------------------------------------------------------------------------------
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1")
+    return value
+
+
+def _rate(text: str) -> float:
+    """A bandwidth in GB/s (10^9 bytes per second, each way), as bytes per second."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GB/s")
+    return value * 10**9
+
+
+def _add_plan_parser(sub, model_group) -> None:
+    """The ``plan`` subcommand: the model flags of ``estimate`` (shared), and its own."""
+    pl = sub.add_parser(
+        "plan", help="every parallel layout that fits, ranked by predicted step time",
+        description="Rank the layouts dp × tp × pp × cp (with ZeRO stage, recomputation, "
+        "micro-batch and interleaving) of a model on GPUs by predicted step time.",
+    )
+    group = pl.add_argument_group("model (a preset, or a shape)")
+    for action in model_group._group_actions:  # the same flags as estimate's
+        group._add_action(action)
+    run = pl.add_argument_group("the run")
+    run.add_argument("--gpu", required=True, type=_one_of("GPU", list(compute.GPUS)),
+                     metavar="KIND", help="one of: " + ", ".join(compute.GPUS))
+    run.add_argument("--gpus", required=True, type=_positive, help="GPUs in all")
+    run.add_argument("--gpus-per-node", type=_positive, metavar="N",
+                     help="GPUs per node (default: the GPU's DGX/HGX node, 8)")
+    run.add_argument("--seq-len", required=True, type=_positive, help="sequence length s")
+    run.add_argument("--global-batch", required=True, type=_positive, metavar="B",
+                     help="sequences per optimizer step")
+    recipe_names = [*memory.RECIPES, *memory.RECIPE_ALIASES]
+    run.add_argument("--recipe", metavar="NAME", type=_one_of("recipe", recipe_names),
+                     help="one of: " + ", ".join(recipe_names) + "; default: the model's")
+    run.add_argument("--implementation", metavar="NAME",
+                     type=_one_of("implementation", list(activations.IMPLEMENTATIONS)),
+                     help="one of: " + ", ".join(activations.IMPLEMENTATIONS) + "; default: the model's")
+    run.add_argument("--optimizer", default="adamw",
+                     type=_one_of("optimizer", list(memory.OPTIMIZERS)))
+    how = pl.add_argument_group("assumptions (stated in the output)")
+    how.add_argument("--achievable", type=_fraction, default=None, metavar="F",
+                     help="share of the dense peak the matrix multiplications sustain (default 0.6)")
+    how.add_argument("--nvlink", type=_rate, metavar="GB/s",
+                     help="GB/s each GPU sends inside a node (default: the GPU's NVLink, one way)")
+    how.add_argument("--network", type=_rate, metavar="GB/s",
+                     help="GB/s each GPU sends across nodes (default: its DGX network adapter)")
+    for kind in ("dp", "tp", "pp", "cp"):
+        how.add_argument(f"--overlap-{kind}", type=_fraction, metavar="F",
+                         help=f"share of {kind} traffic hidden under compute")
+    how.add_argument("--tp-across-nodes", action="store_true", help="allow tp beyond one node")
+    how.add_argument("--cp-across-nodes", action="store_true", help="allow tp × cp beyond one node")
+    out = pl.add_argument_group("output")
+    out.add_argument("--top", type=_positive, default=10, help="rows of the table (default 10)")
+    out.add_argument("--layout", metavar="SPEC",
+                     help="score your layout, e.g. dp=16,tp=8,pp=4 (also v, zero, recompute, b)")
+    out.add_argument("--explain", action="store_true", help="why each runner-up lost to the best")
+    out.add_argument("--json", action="store_true", help="one JSON object: every layout considered")
+
+
+def _plan_main(args: argparse.Namespace) -> int:
+    from . import planner
+
+    model = _model(args)
+    if not isinstance(model, models.ModelShape):
+        raise UsageError("plan needs a model shape (--model or --layers/--hidden/...): "
+                         "--params alone cannot be split over tp or pp")
+    base = planner.Overlap()
+    overlap = planner.Overlap(*(getattr(args, f"overlap_{k}") if getattr(args, f"overlap_{k}")
+                                is not None else getattr(base, k) for k in ("dp", "tp", "pp", "cp")))
+    result = planner.plan(
+        model, gpu=args.gpu, gpus=args.gpus, seq_len=args.seq_len, global_batch=args.global_batch,
+        node_gpus=args.gpus_per_node, recipe=args.recipe, implementation=args.implementation,
+        optimizer=args.optimizer,
+        achievable=planner.ACHIEVABLE if args.achievable is None else args.achievable,
+        nvlink=args.nvlink, network=args.network, overlap=overlap,
+        tp_across_nodes=args.tp_across_nodes, cp_across_nodes=args.cp_across_nodes,
+        layout=args.layout)
+    print(result.to_json() if args.json else render_plan(result, args.top, args.explain))
+    return 0
+
+
+def render_plan(p, top: int = 10, explain: bool = False) -> str:
+    """The plan as a table: the fastest layouts that fit, and the assumptions behind the times."""
+    t = p.training
+    kept = len(p.ranking)
+    lines = [f"{p.model.name} on {p.gpus} {compute.gpu(p.gpu).name} ({p.node_gpus} per node), "
+             f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
+             f"{t.implementation} kernels",
+             f"assumed: matmuls at {p.achievable:.0%} of the dense bf16 peak; NVLink "
+             f"{p.nvlink / 1e9:g} GB/s, network {p.network / 1e9:g} GB/s per GPU each way; "
+             f"overlap dp {p.overlap.dp:g}, tp {p.overlap.tp:g}, pp {p.overlap.pp:g}, "
+             f"cp {p.overlap.cp:g}",
+             f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
+             f" rank  dp   tp  pp  cp   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
+    rows = list(p.ranking[:top])
+    if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
+        rows.append(p.user)
+    for c in rows:
+        lay = c.layout
+        rank = "you" if c is p.user and c.rank is None else str(c.rank)
+        step = "-" if c.time is None else f"{c.time.total:.2f}"
+        mfu = "-" if c.mfu is None else f"{c.mfu:.1%}"
+        tps = "-" if c.tokens_per_second is None else f"{c.tokens_per_second:,.0f}"
+        peak = "-" if c.peak is None else f"{c.peak.to('GB'):.1f}"
+        limit = "" if c.time is None else c.time.limit
+        if c.status != "kept":
+            limit = "does not fit"
+        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3} {lay.v:>3} "
+                     f"{c.zero_stage:>5}  {c.recompute:<9} {c.micro_batch:>2} {peak:>9} "
+                     f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
+    if p.user is not None:
+        lines.append(p.user.reason)
+    if explain:
+        lines.extend(p.explain(top))
+    lines.append("MFU: model FLOPs (6N + 12Lhs per token) over the dense bf16 peak; memory:")
+    lines.append("  the step's peak from trainmath estimate (GB = 10^9 bytes)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover
