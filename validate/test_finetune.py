@@ -1,0 +1,52 @@
+"""LoRA against peft: trainable parameters on a meta-device Llama, and the fake-tensor method.
+
+The trainable count is peft's own (``get_peft_model(...).get_nb_trainable_parameters()``) for
+Hugging Face's ``LlamaForCausalLM`` built on the meta device (no memory, no weights), for
+several ranks and target sets; trainmath.finetune.lora_params must equal it. The memory of
+LoRA at full size is in docs/_data/measurements.json (kind "finetune", validate/measure/
+finetune.py), re-measured by test_measurements.py and compared with the library by
+tests/test_measured.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from trainmath.finetune import lora_params  # noqa: E402
+from trainmath.models import preset  # noqa: E402
+from validate.measure.finetune import measure_lora, trainable_on_meta  # noqa: E402
+
+CASES = [
+    ("llama-2-7b", 8, ("q", "v")),
+    ("llama-2-7b", 16, ("q", "k", "v", "o")),
+    ("llama-2-7b", 64, ("q", "k", "v", "o", "gate", "up", "down")),
+    ("llama-2-7b", 4, ("down",)),
+    ("llama-3-8b", 16, ("k", "v")),  # grouped-query attention: k and v are 1024 wide
+    ("llama-3-8b", 32, ("q", "k", "v", "o", "gate", "up", "down")),
+]
+
+
+@pytest.mark.parametrize(("model", "rank", "targets"), CASES)
+def test_trainable_count_equals_peft(model, rank, targets):
+    trainable, total = trainable_on_meta(model, rank, targets)
+    assert lora_params(preset(model), rank, targets) == trainable
+
+
+def test_peft_counts_the_frozen_model_unchanged():
+    from trainmath.models import param_count
+    trainable, total = trainable_on_meta("llama-2-7b", 8, ("q", "v"))
+    assert total - trainable == param_count(preset("llama-2-7b")) == 6_738_415_616
+
+
+def test_fake_tensors_measure_lora_as_real_tensors_do():
+    tiny = {"name": "tiny", "family": "llama", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+            "ffn": 96, "vocab": 101, "mlp": "swiglu", "norm": "rmsnorm", "bias": False,
+            "tied_embeddings": False, "positions": 0, "dropout": False, "dropout_p": 0.0,
+            "norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 0, "source": ""}
+    fake = measure_lora(tiny, 4, ("q", "v", "down"), 16)
+    real = measure_lora(tiny, 4, ("q", "v", "down"), 16, fake=False)
+    assert fake == real
