@@ -50,3 +50,48 @@ def test_fake_tensors_measure_lora_as_real_tensors_do():
     fake = measure_lora(tiny, 4, ("q", "v", "down"), 16)
     real = measure_lora(tiny, 4, ("q", "v", "down"), 16, fake=False)
     assert fake == real
+
+
+# --- QLoRA's 4-bit storage: bitsandbytes' quantize_4bit on real CPU tensors -----------------------
+# bitsandbytes' Linear4bit does not run under FakeTensorMode, so a full-size QLoRA step is not
+# measured; the storage of the NF4 base is, matrix by matrix, on real tensors of the real shapes.
+
+LLAMA_2_7B_MATRICES = [(4096, 4096), (11008, 4096), (4096, 11008)]
+
+
+def _stored_bytes(weight, double_quant: bool) -> int:
+    import bitsandbytes.functional as bnbf
+    packed, state = bnbf.quantize_4bit(weight, blocksize=64, compress_statistics=double_quant,
+                                       quant_type="nf4")
+    out = packed.numel() * packed.element_size() + state.absmax.numel() * state.absmax.element_size()
+    if double_quant:  # 8-bit absmax, its fp32 second-level constants and the fp32 offset
+        out += state.state2.absmax.numel() * state.state2.absmax.element_size()
+        out += state.offset.numel() * state.offset.element_size()
+    return out
+
+
+@pytest.mark.parametrize("double_quant", [True, False], ids=["double-quant", "fp32-absmax"])
+@pytest.mark.parametrize("rows, cols", LLAMA_2_7B_MATRICES)
+def test_nf4_storage_equals_bitsandbytes(rows, cols, double_quant):
+    pytest.importorskip("bitsandbytes")
+    from fractions import Fraction
+    from trainmath.finetune import nf4_bits_per_param, nf4_tensor_bytes
+
+    weight = torch.randn(rows, cols, dtype=torch.bfloat16)
+    stored = _stored_bytes(weight, double_quant)
+    assert stored == nf4_tensor_bytes(rows * cols, double_quant)
+    # per weight, the paper's 4 + 0.127 bits (4.5 without Double Quantization), less a 4-byte offset
+    per_element = Fraction(8 * stored, rows * cols)
+    assert abs(per_element - nf4_bits_per_param(double_quant)) <= Fraction(32, rows * cols)
+
+
+def test_bitsandbytes_keeps_the_lm_head_in_16_bit():
+    """transformers' bitsandbytes integration leaves the output layer unquantised."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    config = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    assert get_keys_to_not_convert(model) == ["lm_head"]

@@ -34,7 +34,8 @@ per block of 64 weights. In fp32 that constant costs 32/64 = 0.5 bits per parame
 Quantization stores the absmax values in 8 bits with one fp32 constant per block of 256 of
 them: 8/64 + 32/(64·256) = 0.127 bits (§3, "Double Quantization"). bitsandbytes quantises
 every ``nn.Linear`` but the output layer: transformers' bitsandbytes integration keeps the
-LM head (``get_keys_to_not_convert`` in ``transformers/integrations/bitsandbytes.py``) and
+LM head (``get_keys_to_not_convert`` in ``transformers/quantizers/base.py``, the output
+embeddings and the last module) and
 the embedding and norms are not Linear layers, so those stay 16-bit. Each layer's weight is
 dequantised to the compute dtype (bf16) for its matmul and freed after it (one matrix at a
 time, a temporary not counted here); bitsandbytes' ``MatMul4Bit`` saves the packed weight, not
@@ -46,11 +47,10 @@ counts them on the GPU (the figure without paging; a spike is absorbed by paging
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .activations import FP32_BYTES, LayerActivations, Saved
+from .activations import LayerActivations, Saved
 from .memory import ModelStates, Recipe, optimizer, recipe
 from .models import ModelShape, param_count
 from .units import Bytes, choice, positive_int
@@ -108,8 +108,10 @@ def nf4_tensor_bytes(numel: int, double_quant: bool = True) -> int:
     quantised blockwise to uint8 with one fp32 absmax per 256 of them. Not counted: the 16-entry
     NF4 code and the 256-entry dynamic map, lookup tables of a few hundred bytes per tensor.
 
-    >>> nf4_tensor_bytes(4096 * 4096)   # one q_proj of Llama-2-7B: 8 MiB of codes + constants
-    8650756
+    One q_proj of Llama-2-7B, as bitsandbytes 0.50.2 stores it (validate/test_finetune.py):
+
+    >>> nf4_tensor_bytes(4096 * 4096), nf4_tensor_bytes(4096 * 4096, double_quant=False)
+    (8654852, 9437184)
     """
     n = positive_int("numel", numel)
     blocks = -(-n // NF4_BLOCK)
@@ -168,7 +170,9 @@ def parse_targets(targets: str | tuple[str, ...] | list[str]) -> tuple[str, ...]
         raise ValueError(f"LoRA targets must be one or more of {', '.join(TARGETS)} (or all), "
                          f"got {targets!r}")
     for t in targets:
-        choice("LoRA target", t, (*TARGETS, *HF_MODULES.values()))
+        choice("LoRA target", t, (*TARGETS, *HF_MODULES.values(), "all"))
+    if "all" in targets:
+        return TARGETS
     names = {HF_MODULES.get(t, t) for t in targets} | {t for t in targets if t in TARGETS}
     return tuple(t for t in TARGETS if t in names or HF_MODULES[t] in names)
 
@@ -237,8 +241,8 @@ def adapter_states(model: ModelShape, adapter: Adapter, recipe_name: str = "fp32
 
     >>> from trainmath.models import preset
     >>> s = adapter_states(preset("llama-2-7b"), Adapter("lora", 8, ("q", "v")))
-    >>> print(s.frozen_weights, s.adapter_weights, s.gradients, s.optimizer_states)
-    13.5 GB 16.8 MB 16.8 MB 33.6 MB
+    >>> print(s.frozen_weights, s.trainable, s.adapter_weights.n, s.optimizer_states.n)
+    13.5 GB 4194304 16777216 33554432
     """
     if not isinstance(adapter, Adapter):
         raise ValueError(f"adapter must be an Adapter, got {adapter!r}")
@@ -301,7 +305,7 @@ def _lora_layer(full: LayerActivations, model: ModelShape, adapter: Adapter, tok
             continue
         block = "attention" if name in ("q", "k", "v", "o") else "MLP"
         if not shared:
-            what = "dropout output" if adapter.dropout else f"copy of the input in the adapter's format"
+            what = "dropout output" if adapter.dropout else "copy of the input in the adapter's format"
             kept.append(Saved(block, f"LoRA {name}: {what}, input to A", Bytes(adapter_bytes * tokens * d_in)))
         if adapter.dropout:
             kept.append(Saved(block, f"LoRA {name}: dropout mask", Bytes(mask_bytes * tokens * d_in)))
@@ -344,6 +348,3 @@ def describe(adapter: Adapter) -> str:
     drop = f", dropout {adapter.dropout:g}" if adapter.dropout else ""
     return f"{head} r = {adapter.rank} on {where}{drop}"
 
-
-def _ceil(b: Bytes) -> int:
-    return math.ceil(b.n)

@@ -249,9 +249,9 @@ class Run:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
-        adapter_recipe = None
+        adapter_defaults = None
         if self.adapter is not None:
-            adapter_recipe = _check_adapter(self)
+            adapter_defaults = _check_adapter(self)
         if self.gpu is not None and not isinstance(self.gpu, Gpu):
             raise ValueError(f"gpu must be a Gpu or None, got {self.gpu!r}")
         lay, batch = self.layout, self.batch
@@ -260,9 +260,10 @@ class Run:
                                                            "count)", self.model))
             _check_count_only(lay, batch)
         training, assumed = _resolve(self.training, self.shape)
-        if adapter_recipe is not None:  # peft's fp32 adapters when no recipe is given
-            training, assumed = _resolve(replace(self.training, recipe=adapter_recipe), self.shape)
-            assumed = ("recipe", *assumed)
+        if adapter_defaults:  # peft's fp32 adapters, Hugging Face's kernels, when not given
+            training, assumed = _resolve(replace(self.training, **adapter_defaults), self.shape)
+            assumed = tuple(sorted({*assumed, *adapter_defaults},
+                                   key=("recipe", "implementation", "optimizer_impl").index))
         if not self.training.resolved:
             object.__setattr__(self, "training", training)
             object.__setattr__(self, "assumed", assumed)
@@ -297,9 +298,10 @@ class Run:
         return param_count(self.model) if isinstance(self.model, ModelShape) else self.model
 
 
-def _check_adapter(r: Run) -> str | None:
+def _check_adapter(r: Run) -> dict[str, str]:
     """What an adapter run needs (one device's whole model, a Llama-style shape, an adapter
-    recipe); the recipe to assume when none is given (peft's fp32 adapters), else None."""
+    recipe); the choices to assume when not given: the recipe ``fp32`` (peft keeps adapters
+    in fp32) and Hugging Face's kernels (``hf-sdpa``; transformers and peft run LoRA)."""
     if not isinstance(r.adapter, Adapter):
         raise ValueError(f"adapter must be a trainmath.finetune.Adapter or None, got {r.adapter!r}")
     if r.shape is None:
@@ -317,7 +319,12 @@ def _check_adapter(r: Run) -> str | None:
     if t.recipe is not None and t.recipe not in _ft.ADAPTER_RECIPES:
         raise ValueError(f"recipe {t.recipe!r} for the adapter's weights is not modelled; "
                          f"accepted: {', '.join(_ft.ADAPTER_RECIPES)}")
-    return "fp32" if t.recipe is None else None
+    defaults = {}
+    if t.recipe is None:
+        defaults["recipe"] = "fp32"
+    if t.implementation is None:
+        defaults["implementation"] = "hf-eager" if t.attention == "eager" else "hf-sdpa"
+    return defaults
 
 
 def _check_count_only(lay: Layout, batch: Batch) -> None:
@@ -481,6 +488,7 @@ class Estimate:
             "pipeline_bubble": None if self.bubble is None else float(self.bubble),
             "gpus": self.gpus,
             "fits": self.fits,
+            "finetune": self._finetune_dict(),
             "inputs": {
                 "model": None if shape is None else shape.name,
                 "shape": None if shape is None else {
@@ -497,8 +505,28 @@ class Estimate:
                 "assumed": list(r.assumed),
                 "gpu": None if r.gpu is None else r.gpu.kind,
                 "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
+                "adapter": None if r.adapter is None else {
+                    "method": r.adapter.method, "rank": r.adapter.rank,
+                    "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
+                    "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
             },
         }
+
+    @property
+    def adapter_states(self) -> _ft.AdapterStates | None:
+        """A LoRA or QLoRA run's states split into frozen base and adapter; None without one."""
+        r = self.run
+        if r.adapter is None:
+            return None
+        return _ft._adapter_states(r.shape, r.adapter, recipe(r.training.recipe), r.training.optimizer)
+
+    def _finetune_dict(self) -> dict | None:
+        st = self.adapter_states
+        if st is None:
+            return None
+        return {"trainable_params": st.trainable, "frozen_params": st.frozen,
+                "frozen_weights": _whole(st.frozen_weights),
+                "adapter_weights": _whole(st.adapter_weights)}
 
     def to_json(self) -> str:
         """:meth:`to_dict` as the command prints it (indented by two spaces)."""
