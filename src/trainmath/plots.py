@@ -335,10 +335,10 @@ def stacked_bars(rows: Mapping[str, Mapping[str, Bytes]], *, title: str,
         ax.invert_yaxis()
         ax.set_xlim(0, right * 1.15)
         ax.set_xlabel(f"{unit} ({'10^9' if unit == 'GB' else '2^30'} bytes)")
-        set_title(ax, title)
+        set_title(ax, title, width=44)  # the row labels take part of the width
         fig.legend(ncols=3, loc="outside lower center", handlelength=1.2, columnspacing=1.2)
     alt = "Stacked bars: " + " ".join(
-        f"{label}: " + ", ".join(f"{k} {_amount(v, unit)}" for k, v in parts.items())
+        f"{label}: " + ", ".join(f"{k} {_amount(v, unit)}" for k, v in parts.items() if v.n)
         + f"; total {_amount(sum(parts.values(), Bytes(0)), unit)}." for label, parts in rows.items())
     if limit is not None:
         alt += f" Against {limit[0]}: {_amount(limit[1], unit)}."
