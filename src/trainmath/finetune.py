@@ -26,7 +26,9 @@ The scale α/r multiplies an output and changes no byte. In memory:
   of A (x, or x cast to the adapter's format: peft's ``_cast_input_dtype`` makes an fp32 copy
   per targeted module when adapters are fp32; with ``lora_dropout`` > 0 the dropout's output
   and its mask) and A's r-wide output, the input of B (``LoraLayer.forward`` in
-  ``peft/tuners/lora/layer.py``: ``lora_B(lora_A(dropout(x))) * scaling``).
+  ``peft/tuners/lora/layer.py``: ``lora_B(lora_A(dropout(x))) * scaling``). Without
+  ``torch.autocast``, as measured (docs/_data/measurements.json); under autocast A's matmul
+  would save a 16-bit copy instead, which this module does not model.
 
 **QLoRA** (Dettmers et al. 2023, *QLoRA: Efficient Finetuning of Quantized LLMs*, §3) stores
 the frozen base in 4-bit NormalFloat (NF4): half a byte per weight plus one absmax constant
