@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="memory of one device, e.g. 80GB or 141GiB: say whether it fits "
                        "(an \"80GB\" card holds more than 80GB: see --gpu)")
     tune = est.add_argument_group("fine-tuning (LoRA, QLoRA)")
-    tune.add_argument("--finetune", default="full", type=_one_of("fine-tuning method", finetune.METHODS),
+    tune.add_argument("--finetune", default="full", metavar="METHOD",
+                      type=_one_of("fine-tuning method", finetune.METHODS),
                       help="full (every parameter trained, the default), lora (a low-rank adapter on "
                       "the frozen 16-bit model, Hu et al. 2021) or qlora (on a 4-bit NF4 model, "
                       "Dettmers et al. 2023); the adapter's weights follow --recipe (default fp32, "
