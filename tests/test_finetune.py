@@ -136,6 +136,9 @@ def test_alpha_is_not_an_input():
     ({"tp": 2}, "got tp 2; accepted: tp = pp = cp = v = 1"),
     ({"zero_stage": 2}, "ZeRO stage 2 with an adapter is not modelled; accepted: 0"),
     ({"recipe": "megatron"}, "recipe 'megatron' for the adapter's weights is not modelled"),
+    ({"offload": "optimizer", "zero_stage": 2}, "ZeRO stage 2 with an adapter"),
+    ({"offload": "parameters"}, "offload 'parameters' with an adapter is not modelled"),
+    ({"tokens": 10**12, "mfu": 0.4, "gpu": "h100-sxm"}, "a time to train with an adapter"),
 ])
 def test_an_adapter_run_refuses_what_is_not_modelled(kwargs, message):
     with pytest.raises(ValueError, match=message):
