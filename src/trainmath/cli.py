@@ -16,7 +16,7 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
-from . import activations, compute, memory, models, sharding
+from . import activations, compute, finetune, memory, models, sharding
 from .runs import Batch, Budget, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
 from .parallelism import Layout
 from .units import Bytes, parse_bytes
@@ -219,9 +219,66 @@ def build_parser() -> argparse.ArgumentParser:
                       help="model FLOPs utilization assumed, 0.4 or 40%%, of the GPU's dense peak "
                       "in the recipe's precision; no default: say it (published runs: about 0.4 "
                       "to 0.56)")
+    tune = est.add_argument_group("fine-tuning (LoRA, QLoRA)")
+    tune.add_argument("--finetune", default="full", metavar="METHOD",
+                      type=_one_of("fine-tuning method", finetune.METHODS),
+                      help="full (every parameter trained, the default), lora (a low-rank adapter on "
+                      "the frozen 16-bit model, Hu et al. 2021) or qlora (on a 4-bit NF4 model, "
+                      "Dettmers et al. 2023); the adapter's weights follow --recipe (default fp32, "
+                      "as peft keeps them)")
+    tune.add_argument("--lora-rank", type=_positive, metavar="R",
+                      help="the adapter's rank r (default 16)")
+    tune.add_argument("--lora-targets", type=_targets, metavar="LIST",
+                      help="matrices with an adapter, comma-separated from " + ",".join(finetune.TARGETS)
+                      + ", or all (default q,v, peft's for Llama)")
+    tune.add_argument("--lora-dropout", type=_probability, metavar="P",
+                      help="peft's lora_dropout (default 0): above 0 each adapter saves a mask and "
+                      "its own input")
+    tune.add_argument("--no-double-quant", dest="double_quant", action="store_false", default=None,
+                      help="qlora: fp32 block constants (0.5 bits per weight) instead of Double "
+                      "Quantization's 8-bit ones (0.127 bits)")
     est.add_argument("--json", action="store_true", help="one JSON object on stdout")
     _add_plan_parser(sub, model)
     return parser
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    try:
+        return finetune.parse_targets(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a dropout probability; accepted: a "
+                                         "number from 0 up to (not including) 1, e.g. 0.05")
+    return value
+
+
+def _adapter(args: argparse.Namespace) -> finetune.Adapter | None:
+    """The adapter the fine-tuning flags describe, or None for full fine-tuning."""
+    given = {f"--{k.replace('_', '-')}": v for k, v in (
+        ("lora_rank", args.lora_rank), ("lora_targets", args.lora_targets),
+        ("lora_dropout", args.lora_dropout)) if v is not None}
+    if args.double_quant is not None:
+        given["--no-double-quant"] = True
+    if args.finetune == "full":
+        if given:
+            raise UsageError(f"{next(iter(given))} needs --finetune lora or qlora (it describes an "
+                             "adapter; --finetune full trains every parameter)")
+        return None
+    if args.double_quant is not None and args.finetune != "qlora":
+        raise UsageError("--no-double-quant needs --finetune qlora (only QLoRA quantises the base)")
+    return finetune.Adapter(
+        args.finetune, 16 if args.lora_rank is None else args.lora_rank,
+        finetune.DEFAULT_TARGETS if args.lora_targets is None else args.lora_targets,
+        0.0 if args.lora_dropout is None else args.lora_dropout,
+        True if args.double_quant is None else args.double_quant)
 
 
 # -- from flags to a run ------------------------------------------------------------------------
@@ -260,6 +317,10 @@ def to_run(args: argparse.Namespace) -> Run:
     if args.gpus is not None and args.gpus != lay.gpus:
         raise UsageError(f"--gpus {args.gpus} does not match dp × tp × pp × cp = {args.dp} × "
                          f"{args.tp} × {args.pp} × {args.cp} = {lay.gpus}")
+    adapter = _adapter(args)
+    if adapter is not None and not isinstance(model, models.ModelShape):
+        raise UsageError(f"--finetune {args.finetune} needs a model shape (--model or "
+                         "--layers/--hidden/...): the adapter's size depends on the matrices")
     try:
         return Run(
             model=model,
@@ -274,6 +335,7 @@ def to_run(args: argparse.Namespace) -> Run:
             overhead=args.overhead,
             budget=None if args.tokens is None else Budget(args.tokens, args.mfu),
             gpus_per_node=args.gpus_per_node,
+            adapter=adapter,
         )
     except ShapeNeeded as exc:  # the same rule, worded with the flags that broke it
         if "global_batch" in exc.fields or "v" in exc.fields:
@@ -295,11 +357,23 @@ def render(est: Estimate) -> str:
     if r.assumed:
         given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
                  "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
+        if r.adapter is not None:  # what peft and transformers do, not how the preset was trained
+            given["recipe"] = f"the adapter in {t.recipe}, as peft keeps it"
+            given["implementation"] = f"Hugging Face's kernels {t.implementation}"
         preset_defaults = shape is not None and shape.name in models.TRAINING_DEFAULTS \
             and models.trained_with(shape) is models.TRAINING_DEFAULTS[shape.name]
         how = (f"as {shape.name} is commonly trained" if preset_defaults
                else "not a preset" if shape is not None else "no shape")
+        if r.adapter is not None:
+            how = "as peft and transformers fine-tune"
         lines.append(f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed))
+    st = est.adapter_states
+    if st is not None:
+        base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
+                else "frozen in 16-bit")
+        lines.append(f"fine-tuning: {finetune.describe(r.adapter)}: {st.trainable:,} trainable "
+                     f"parameters ({float(finetune.share(st.trainable, shape)):.2%}), the base "
+                     f"{base}, with no gradients or optimizer states")
     lines.append(f"layout: {lay.describe()}")
     if batch.seq_len is not None and shape is not None:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
@@ -323,6 +397,9 @@ def render(est: Estimate) -> str:
             lines.append(f"  {label:<17}{'not counted':>12}   ({why})")
             continue
         lines.append(row(label, amount))
+        if label == "weights" and st is not None:
+            lines.append(row("  frozen base", st.frozen_weights))
+            lines.append(row("  adapter", st.adapter_weights))
     if est.layer is not None:
         layer = Bytes(math.ceil(est.layer.korthikanti.n))
         lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
@@ -364,6 +441,9 @@ def render(est: Estimate) -> str:
     lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
     lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
     lines.append("  trainmath.peak; all checked against PyTorch (the How we know page).")
+    if r.adapter is not None:
+        lines.append("  fine-tuning: Hu et al. 2021 (LoRA) §4.1, Dettmers et al. 2023 (QLoRA) §3;")
+        lines.append("  checked against peft (the Fine-tuning page).")
     lines.append("  GB = 10^9 bytes, GiB = 2^30 bytes")
     return "\n".join(lines)
 

@@ -57,6 +57,8 @@ from .activations import (IMPLEMENTATIONS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KI
                           _layer, _output, _rotary, _stage, check_context_parallel, implementation,
                           kernels_problem)
 from .compute import GPU_ALIASES, GPUS, Peak, flops_per_token, gpu as _accelerator, time_to_train
+from . import finetune as _ft
+from .finetune import Adapter
 from .memory import BytesPerParam, Recipe, bytes_per_param, optimizer, optimizer_impl, recipe
 from .models import (CUSTOM_DEFAULTS, ModelShape, param_count, param_shapes, preset,
                      trained_with)
@@ -293,11 +295,17 @@ class Run:
     budget: Budget | None = None
     #: GPUs on one node, for the host memory offload needs per node; None: per device only
     gpus_per_node: int | None = None
+    #: a LoRA or QLoRA adapter on the frozen model (:mod:`trainmath.finetune`); None: every
+    #: parameter is trained (pre-training or full fine-tuning)
+    adapter: Adapter | None = None
 
     def __post_init__(self) -> None:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
+        adapter_defaults = None
+        if self.adapter is not None:
+            adapter_defaults = _check_adapter(self)
         if self.gpu is not None and not isinstance(self.gpu, Gpu):
             raise ValueError(f"gpu must be a Gpu or None, got {self.gpu!r}")
         if not isinstance(self.overhead, Bytes) or self.overhead.n < 0:
@@ -314,6 +322,10 @@ class Run:
                                                            "count)", self.model))
             _check_count_only(lay, batch)
         training, assumed = _resolve(self.training, self.shape)
+        if adapter_defaults:  # peft's fp32 adapters, Hugging Face's kernels, when not given
+            training, assumed = _resolve(replace(self.training, **adapter_defaults), self.shape)
+            assumed = tuple(sorted({*assumed, *adapter_defaults},
+                                   key=("recipe", "implementation", "optimizer_impl").index))
         if not self.training.resolved:
             object.__setattr__(self, "training", training)
             object.__setattr__(self, "assumed", assumed)
@@ -379,6 +391,42 @@ def _check_offload(t: Training) -> None:
                          f"got stage {t.zero_stage}; accepted: stage 3")
 
 
+def _check_adapter(r: Run) -> dict[str, str]:
+    """What an adapter run needs (one device's whole model, a Llama-style shape, an adapter
+    recipe); the choices to assume when not given: the recipe ``fp32`` (peft keeps adapters
+    in fp32) and Hugging Face's kernels (``hf-sdpa``; transformers and peft run LoRA)."""
+    if not isinstance(r.adapter, Adapter):
+        raise ValueError(f"adapter must be a trainmath.finetune.Adapter or None, got {r.adapter!r}")
+    if r.shape is None:
+        raise ValueError("a LoRA or QLoRA run needs a model shape, not a parameter count alone: "
+                         "the adapter's size depends on the matrices; accepted: a ModelShape")
+    _ft.check_model(r.shape)
+    lay, t = r.layout, r.training
+    split = {k: getattr(lay, k) for k in ("tp", "pp", "cp", "v") if getattr(lay, k) > 1}
+    if split:
+        given = ", ".join(f"{k} {n}" for k, n in split.items())
+        raise ValueError(f"LoRA and QLoRA are modelled with the whole model on each device; got "
+                         f"{given}; accepted: tp = pp = cp = v = 1 (dp replicas are fine)")
+    if t.zero_stage not in (None, 0):
+        raise ValueError(f"ZeRO stage {t.zero_stage} with an adapter is not modelled; accepted: 0")
+    if t.offload != "none":
+        raise ValueError(f"offload {t.offload!r} with an adapter is not modelled; accepted: "
+                         "offload 'none'")
+    if r.budget is not None:
+        raise ValueError("a time to train with an adapter is not modelled (its backward computes "
+                         "no gradients for the frozen weights, so 6 FLOPs per parameter and token "
+                         "overcounts); accepted: no tokens and mfu")
+    if t.recipe is not None and t.recipe not in _ft.ADAPTER_RECIPES:
+        raise ValueError(f"recipe {t.recipe!r} for the adapter's weights is not modelled; "
+                         f"accepted: {', '.join(_ft.ADAPTER_RECIPES)}")
+    defaults = {}
+    if t.recipe is None:
+        defaults["recipe"] = "fp32"
+    if t.implementation is None:
+        defaults["implementation"] = "hf-eager" if t.attention == "eager" else "hf-sdpa"
+    return defaults
+
+
 def _check_count_only(lay: Layout, batch: Batch) -> None:
     """A parameter count cannot be split over tp or pp ranks, nor scheduled in a pipeline."""
     given = {"global_batch": batch.global_batch, "v": lay.v if lay.v > 1 else None,
@@ -420,13 +468,15 @@ def run(
     tokens: int | None = None,
     mfu: float | None = None,
     gpus_per_node: int | None = None,
+    adapter: Adapter | None = None,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
     such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`), which overrides
     the kind's memory when both are given; ``overhead`` an amount too. ``tokens`` and ``mfu``
     go together (:class:`Budget`). What is left None the Run fills from the model's and the
-    recipe's defaults (:class:`Training`).
+    recipe's defaults (:class:`Training`). ``adapter`` is a
+    :class:`trainmath.finetune.Adapter` (LoRA or QLoRA on the frozen model).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -452,6 +502,7 @@ def run(
         overhead=overhead,
         budget=None if tokens is None else Budget(tokens, mfu),
         gpus_per_node=gpus_per_node,
+        adapter=adapter,
     )
 
 
@@ -631,6 +682,7 @@ class Estimate:
                 "peak": time.peak.describe(), "seconds": time.seconds,
                 "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
                 "tokens_per_second": time.tokens_per_second},
+            "finetune": self._finetune_dict(),
             "inputs": {
                 "model": None if shape is None else shape.name,
                 "shape": None if shape is None else {
@@ -652,8 +704,28 @@ class Estimate:
                 "gpus_per_node": r.gpus_per_node,
                 "tokens": None if r.budget is None else r.budget.tokens,
                 "mfu": None if r.budget is None else float(r.budget.mfu),
+                "adapter": None if r.adapter is None else {
+                    "method": r.adapter.method, "rank": r.adapter.rank,
+                    "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
+                    "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
             },
         }
+
+    @property
+    def adapter_states(self) -> _ft.AdapterStates | None:
+        """A LoRA or QLoRA run's states split into frozen base and adapter; None without one."""
+        r = self.run
+        if r.adapter is None:
+            return None
+        return _ft._adapter_states(r.shape, r.adapter, recipe(r.training.recipe), r.training.optimizer)
+
+    def _finetune_dict(self) -> dict | None:
+        st = self.adapter_states
+        if st is None:
+            return None
+        return {"trainable_params": st.trainable, "frozen_params": st.frozen,
+                "frozen_weights": _whole(st.frozen_weights),
+                "adapter_weights": _whole(st.adapter_weights)}
 
     def to_json(self) -> str:
         """:meth:`to_dict` as the command prints it (indented by two spaces)."""
@@ -673,6 +745,8 @@ def estimate(run: Run) -> Estimate:
     """
     lay, t, batch, shape = run.layout, run.training, run.batch, run.shape
     r = recipe(t.recipe)
+    if run.adapter is not None:
+        return _adapter_estimate(run, r)
     per = bytes_per_param(t.recipe, t.optimizer)
     if shape is None:  # a parameter count alone: model states on one data-parallel rank
         s = _zero_states(run.params, lay.zero_group, t.zero_stage, per)
@@ -898,3 +972,59 @@ def _root_params(shape: ModelShape) -> int:
     norms = 2 if shape.norm == "layernorm" else 1
     head = 0 if shape.tied_embeddings else shape.vocab * shape.hidden
     return shape.vocab * shape.hidden + shape.positions * shape.hidden + norms * shape.hidden + head
+
+
+# -- LoRA and QLoRA -----------------------------------------------------------------------------
+def _adapter_estimate(run: Run, r: Recipe) -> Estimate:
+    """One device of a LoRA or QLoRA run (:mod:`trainmath.finetune`): the frozen base and the
+    adapter's states, activations through the frozen layers, and the step's peak."""
+    shape, t, batch, a = run.shape, run.training, run.batch, run.adapter
+    states = _ft._adapter_states(shape, a, r, t.optimizer)
+    compute = _ft.BASE_BYTES  # the frozen base computes in 16-bit (QLoRA: bf16, dequantised)
+    adapter_bytes = _ft.adapter_value_bytes(r)
+    layer = None
+    stage_acts: tuple[StageActivations | None, ...] = (None,)
+    if batch.seq_len is not None:
+        s, b = batch.seq_len, batch.micro_batch
+        family = implementation(t.implementation).family
+        split = (shape, s, b, 1, False, 1)
+        full = _layer(*split, t.recompute, t.attention, compute, MASK_BYTES, STAT_BYTES,
+                      t.mlp_kernel, family, False)
+        layer = full
+        if t.recompute != "full":
+            layer = _ft._lora_layer(full, shape, a, s * b, compute, adapter_bytes, MASK_BYTES)
+        output = _ft._frozen_output(_output(*split, compute, STAT_BYTES, family, False))
+        rotary = _rotary(shape, s, 1, compute, False)
+        stage_acts = (_stage(shape, layer, _ft.frozen_embedding(), output, 1, None,
+                             _in_flight(1, 1, None, 0), rotary, 1),)
+    acts = Bytes(0) if layer is None else stage_acts[0].total
+    device = DeviceMemory(
+        stage=0, params=states.frozen, zero_stage=0, zero_group=run.layout.zero_group,
+        weights=states.weights, gradients=states.gradients, master_weights=states.master_weights,
+        optimizer_states=states.optimizer_states, activations=acts)
+    peak = _step_peak(_adapter_step_inputs(run, r, states, stage_acts[0]))
+    return Estimate(run, (device,), device, layer, None, None, peak, 0, stage_acts)
+
+
+def _adapter_step_inputs(run: Run, r: Recipe, states: _ft.AdapterStates,
+                         acts: StageActivations | None) -> StepInputs:
+    """What one device holds over a step of an adapter run: only the adapter has gradients,
+    step counters, a step copy and optimizer temporaries."""
+    shape, t, batch = run.shape, run.training, run.batch
+    n = states.trainable
+    zero = Bytes(0)
+    counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * states.trainable_tensors)
+    backward = states.gradients
+    step = states.gradients + Bytes(n * r.step_copy)
+    largest = max(a.rank * max(d_in, d_out) for a in (run.adapter,)
+                  for d_in, d_out in (_ft.matrices(shape)[m] for m in run.adapter.targets))
+    temps = _temporaries(t.optimizer_impl, n, largest, _state_value(r, t))
+    if acts is None:
+        A = layer_A = out_A = logits = zero
+    else:
+        A, layer_A, out_A = acts.total, acts.per_layer.total, acts.outputs
+        logits = Bytes(FP32_BYTES * batch.seq_len * batch.micro_batch * shape.vocab)
+    logits16 = logits * Fraction(_ft.BASE_BYTES, FP32_BYTES)
+    return StepInputs(states.weights, states.master_weights, states.optimizer_states, counters,
+                      zero, backward, step, A, layer_A, out_A, logits, logits16, zero, temps,
+                      shape.layers)
