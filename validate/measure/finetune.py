@@ -80,12 +80,21 @@ def trainable_on_meta(model: str, rank: int, targets: tuple[str, ...]) -> tuple[
 
 
 def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int = 2048, b: int = 1,
-                 *, foreach: bool = False, layers: int | None = None, fake: bool = True) -> dict:
-    """Saved for backward, states after the second step and the peak of LoRA on ``model``."""
+                 *, foreach: bool = False, layers: int | None = None, fake: bool = True,
+                 observer=None, device: str = "cpu") -> dict:
+    """Saved for backward, states after the second step and the peak of LoRA on ``model``.
+
+    ``observer(model, optimizer)``, if given, returns a context manager entered around the
+    second step; ``device="cuda"`` (real tensors only) builds and runs on the GPU
+    (``python -m validate.gpu``).
+    """
+    if device != "cpu" and fake:
+        raise ValueError(f"device={device!r} runs real tensors: fake=False")
     shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
     fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
     patch = _fake_friendly_peft() if fake else contextlib.nullcontext()
-    with fake_mode:
+    on_device = torch.device(device) if device != "cpu" else contextlib.nullcontext()
+    with fake_mode, on_device:
         torch.manual_seed(0)
         with patch:
             net = lora_model(build("hf-sdpa", shape, torch.bfloat16, layers), rank, targets)
@@ -95,24 +104,27 @@ def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int 
         tokens = torch.randint(0, shape["vocab"], (b, s))
         targets_ = torch.randint(0, shape["vocab"], (b, s))
 
-        # 1. saved for backward, one forward pass, scoped by decoder layer
-        counter = SavedTensorCounter(parameters=[*params, *net.buffers()], inputs=[tokens, targets_])
-        counter.scope = "embedding"
-        handles = []
-        for i, layer in enumerate(decoder_layers(inner)):
-            def enter(_m, _a, i=i):
-                counter.scope = f"layer {i}"
+        # 1. saved for backward, one forward pass, scoped by decoder layer (on the CPU only:
+        # on a GPU the counter's references would stay in the allocator's peak)
+        saved = None
+        if device == "cpu":
+            counter = SavedTensorCounter(parameters=[*params, *net.buffers()], inputs=[tokens, targets_])
+            counter.scope = "embedding"
+            handles = []
+            for i, layer in enumerate(decoder_layers(inner)):
+                def enter(_m, _a, i=i):
+                    counter.scope = f"layer {i}"
 
-            def leave(_m, _a, _o):
-                counter.scope = "output"
-            handles += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
-        with counter():
-            loss = loss_of(inner, tokens, targets_)
-        for h in handles:
-            h.remove()
-        saved = _summarise(counter, len(decoder_layers(inner)))
-        del loss
-        counter.release()
+                def leave(_m, _a, _o):
+                    counter.scope = "output"
+                handles += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
+            with counter():
+                loss = loss_of(inner, tokens, targets_)
+            for h in handles:
+                h.remove()
+            saved = _summarise(counter, len(decoder_layers(inner)))
+            del loss
+            counter.release()
 
         # 2. two steps: states and the steady-state peak
         tracker = AllocationTracker(vocab=shape["vocab"])
@@ -122,6 +134,7 @@ def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int 
             opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=foreach)
             first = None
             for step in (1, 2):
+                watching = contextlib.nullcontext()
                 if step == 2:
                     first = {"bytes": tracker.peak, "phase": tracker.peak_phase,
                              "alive": tracker.peak_breakdown()}
@@ -129,6 +142,9 @@ def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int 
                     for p in trainable:
                         p.grad = None
                     tracker.reset_peak()
+                    if observer:
+                        watching = observer(net, opt)
+                watching.__enter__()
                 tracker.set_phase("forward")
                 with torch.autograd.graph.saved_tensors_hooks(_tag_saved(tracker), lambda x: x):
                     loss = loss_of(inner, tokens, targets_)
@@ -143,6 +159,7 @@ def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int 
                             "optimizer states")
                 tracker.tag((v for st in opt.state.values() for k, v in st.items() if k == "step"),
                             "step counters")
+                watching.__exit__(None, None, None)
             tracker.set_phase("after step")
             frozen = [p for p in params if not p.requires_grad]
             opt_tensors = [v for st in opt.state.values() for k, v in st.items() if k != "step"]
