@@ -75,7 +75,7 @@ def test_modified_preset():
 
 def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown model preset 'llama-9'; accepted: llama-2-7b, llama-2-70b, llama-3-8b, "
-                       "llama-3-70b, mistral-7b, gpt3-175b$"):
+                       "llama-3-70b, mistral-7b, gpt3-175b, mixtral-8x7b$"):
         preset("llama-9")
     assert "llama-2-7b" in PRESETS
 
@@ -98,7 +98,7 @@ def test_preset_counts_are_the_published_ones(name, published):
 
 def test_every_preset_names_its_source():
     assert set(PRESETS) == {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                            "mistral-7b", "gpt3-175b"}
+                            "mistral-7b", "gpt3-175b", "mixtral-8x7b"}
     for m in PRESETS.values():
         assert "et al." in m.source and len(m.source) > 30, m.name
 

@@ -108,6 +108,9 @@ class ModelShape:
             raise ValueError(f"rotary_dim {self.rotary_dim} must be even and at most head_dim "
                              f"{self.head_dim}; accepted: an even number up to {self.head_dim}")
         if self.experts:
+            if self.bias:
+                raise ValueError("bias with experts is not modelled; accepted: bias False for a "
+                                 "mixture of experts (Mixtral has none)")
             if not 1 <= self.experts_per_token <= self.experts:
                 raise ValueError(f"experts_per_token {self.experts_per_token} must be from 1 to "
                                  f"experts {self.experts}; accepted: 1 to {self.experts}")
