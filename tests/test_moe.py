@@ -134,9 +134,20 @@ def test_moe_activations_count_k_copies_of_each_token():
     assert any("router probabilities" in t.name for t in e.layer.tensors)
 
 
-def test_hf_kernels_refuse_a_mixture_of_experts():
-    with pytest.raises(ValueError, match="a mixture of experts \\(modelled with the megatron kernels only\\)"):
-        run(MIXTRAL, seq_len=4096, implementation="hf-sdpa")
+def test_hf_kernels_add_what_mixtrals_loop_keeps():
+    """Per token copy: three int64 indices and an fp32 weight; per token an fp32 sum; per
+    expert an int32 offset (transformers' grouped_mm experts, validate/test_moe_saved.py)."""
+    megatron = estimate(run(MIXTRAL, seq_len=4096, implementation="megatron-te")).layer
+    hf = estimate(run(MIXTRAL, seq_len=4096, implementation="hf-sdpa")).layer
+    moe = lambda layer: sum(t.bytes.n for t in layer.tensors if t.block == "MLP")  # noqa: E731
+    copies, tokens = 2 * 4096, 4096
+    assert moe(hf) - moe(megatron) == copies * (3 * 8 + 4) + 4 * tokens + 4 * 8
+
+
+def test_hf_kernels_refuse_shared_experts():
+    m = modified(MIXTRAL, shared_experts=1)
+    with pytest.raises(ValueError, match="whose shared experts Mixtral's MoE block has not"):
+        run(m, seq_len=4096, implementation="hf-sdpa")
 
 
 # -- the command ---------------------------------------------------------------------------------

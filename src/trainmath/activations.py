@@ -275,7 +275,8 @@ def kernels_problem(model: ModelShape, family: str, *, tp: int = 1, sequence_par
                     cp: int = 1, recompute: str = "none", mlp_kernel: str = "eager") -> str | None:
     """What the "hf" kernel family cannot run, as a sentence, or None.
 
-    Hugging Face's ``LlamaForCausalLM`` and ``MistralForCausalLM`` have RMSNorm, a SwiGLU MLP
+    Hugging Face's ``LlamaForCausalLM``, ``MistralForCausalLM`` and ``MixtralForCausalLM`` (whose
+    MoE block has no shared experts) have RMSNorm, a SwiGLU MLP
     (eager), rotary positions and no dropout, and their training loop has no tensor, sequence or
     context parallelism and no selective recomputation (``gradient_checkpointing`` recomputes
     whole layers: ``recompute="full"``). The "megatron" family runs every shape and layout.
@@ -283,9 +284,8 @@ def kernels_problem(model: ModelShape, family: str, *, tp: int = 1, sequence_par
     if family != "hf":
         return None
     wrong = []
-    if model.moe:
-        wrong.append(f"{model.name!r}, a mixture of experts (modelled with the megatron kernels "
-                     "only)")
+    if model.moe and model.shared_experts:
+        wrong.append(f"{model.name!r}, whose shared experts Mixtral's MoE block has not")
     if model.norm != "rmsnorm" or model.mlp != "swiglu" or model.dropout or model.positions:
         wrong.append(f"{model.name!r} has norm={model.norm!r}, mlp={model.mlp!r}, "
                      f"dropout={model.dropout}, positions={model.positions} (Llama and Mistral "
@@ -522,7 +522,7 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
     # MLP
     if model.moe:
         norm("second", "MLP", "the router and the experts' dispatch")
-        out.extend(_moe_block(model, tokens, tp, rep, split, v, mlp_kernel))
+        out.extend(_moe_block(model, tokens, tp, rep, split, v, mlp_kernel, hf))
         return LayerActivations(tuple(out))
     norm("second", "MLP", "the first projection(s)")
     if model.mlp == "gelu":
@@ -559,7 +559,7 @@ def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, split: F
 
 
 def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, split: Fraction,
-               v: int, mlp_kernel: str) -> list[Saved]:
+               v: int, mlp_kernel: str, hf: bool = False) -> list[Saved]:
     """What a mixture-of-experts MLP saves for backward, after the norm (Megatron-Core's
     ``MoELayer``: router, token dispatcher, grouped experts), assuming balanced routing.
 
@@ -573,6 +573,17 @@ def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, spli
     routing a device's experts see b·s·k token copies whatever ep is
     (:func:`trainmath.moe.expert_tokens`). The router and dispatch tensors are split by tp only
     with sequence parallelism; the dispatched tokens are whole on each tensor-parallel rank.
+
+    Hugging Face's ``MixtralForCausalLM`` (transformers 5: ``MixtralTopKRouter`` in
+    ``transformers/models/mixtral/modeling_mixtral.py`` and its default experts implementation,
+    ``grouped_mm_experts_forward`` in ``transformers/integrations/moe.py``) saves more: the sum
+    of each token's top-k weights that normalises them (fp32) beside the top-k weights
+    themselves (the in-place division keeps a copy); the sort of the token copies by expert and
+    the index of each copy's token (int64, one each per copy), the per-expert offsets of the
+    grouped matrix multiply (int32, E), each copy's routing weight gathered (fp32) and the
+    inverse permutation that restores the order (int64 per copy). Every tensor is per token,
+    per token copy or per expert, so the total does not depend on how the router spreads the
+    tokens (validate/test_moe_saved.py measures it with real routing).
     """
     h, k, E, w = model.hidden, model.experts_per_token, model.experts, model.expert_width
     copies = tokens * k
@@ -586,6 +597,18 @@ def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, spli
     out += _mlp_intermediates(model, copies, w, split, v, mlp_kernel, "routed experts")
     out.append(Saved("MLP", "expert outputs, input to the weighted combine (k × h per token)",
                      Bytes(v * copies * h)))
+    if hf:
+        out += [
+            Saved("MLP", "sum of each token's top-k weights, fp32 (their normalisation)",
+                  Bytes(FP32_BYTES * tokens * rep)),
+            Saved("MLP", "sort of the token copies by expert, and each copy's token, int64",
+                  Bytes(2 * INDEX_BYTES * copies)),
+            Saved("MLP", "offsets of the grouped matrix multiply, int32 (one per expert)",
+                  Bytes(4 * E)),
+            Saved("MLP", "routing weight of each copy, gathered, fp32", Bytes(FP32_BYTES * copies)),
+            Saved("MLP", "inverse permutation back to token order, int64 (per copy)",
+                  Bytes(INDEX_BYTES * copies)),
+        ]
     if model.shared_experts:
         out += _mlp_intermediates(model, tokens, model.shared_experts * w, split, v, mlp_kernel,
                                   "shared experts")
