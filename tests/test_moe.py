@@ -180,3 +180,23 @@ def test_cli_config_names_the_model_by_its_path(capsys):
 def test_modified_keeps_expert_fields():
     m = modified(MIXTRAL, experts_per_token=1)
     assert active_params(m) == total_params(m) - 32 * 7 * 3 * 4096 * 14336
+
+
+def test_expert_parallel_traffic_per_step():
+    """Mixtral on dp 16, ep 8, pp 4: per micro-batch and MoE layer 4 × 7/8 × s·k·h bf16 values
+    leave the device; 8 layers per stage, m = 256 / 16 = 16 micro-batches."""
+    from trainmath.parallelism import communication
+
+    c = communication(MIXTRAL, layout(dp=16, pp=4, ep=8), seq_len=4096, micro_batch=1,
+                      global_batch=256, zero_stage=1, stage=0)
+    assert c.expert_parallel.n == 4 * Fraction(7, 8) * 4096 * 2 * 4096 * 2 * 8 * 16
+    assert c.parts()["expert parallel"] == c.expert_parallel
+    dense = communication(preset("mistral-7b"), layout(dp=16, pp=4), seq_len=4096, micro_batch=1,
+                          global_batch=256, zero_stage=1, stage=0)
+    assert dense.expert_parallel.n == 0
+
+
+def test_all_to_all_factor():
+    from trainmath.collectives import all_to_all_factor
+
+    assert all_to_all_factor(8) == Fraction(7, 8) and all_to_all_factor(1) == 0

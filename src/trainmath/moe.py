@@ -26,8 +26,15 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .collectives import all_to_all_factor
 from .models import ModelShape, param_breakdown
 from .units import Bytes, positive_int
+
+
+#: All-to-alls per MoE layer and micro-batch: dispatch and combine forward, their gradients
+#: backward (Rajbhandari et al. 2022, §5; Lepikhin et al. 2021, §2.3). Full recomputation
+#: reruns the forward pass and its two.
+ALL_TO_ALLS = 4
 
 
 def total_params(m: ModelShape) -> int:
@@ -70,7 +77,7 @@ def all_to_all_elements(m: ModelShape, s: int, b: int, ep: int) -> Fraction:
     s = positive_int("s (sequence length)", s)
     b = positive_int("b (micro-batch size)", b)
     ep = positive_int("ep (expert-parallel size)", ep)
-    return 4 * Fraction(ep - 1, ep) * b * s * m.experts_per_token * m.hidden
+    return ALL_TO_ALLS * all_to_all_factor(ep) * b * s * m.experts_per_token * m.hidden
 
 
 def all_to_all_bytes(m: ModelShape, s: int, b: int, ep: int, value_bytes: int = 2) -> Bytes:

@@ -57,7 +57,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .activations import RECOMPUTE_KINDS
-from .collectives import ring_all_reduce_factor, ring_gather_factor
+from .collectives import all_to_all_factor, ring_all_reduce_factor, ring_gather_factor
 from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
 from .models import ModelShape, param_breakdown
 from .sharding import _zero_states, check_stage, zero_traffic
@@ -476,11 +476,14 @@ class Communication:
     tensor_parallel: Bytes
     pipeline_parallel: Bytes
     context_parallel: Bytes
+    #: the all-to-alls of expert parallelism (a mixture of experts with ep > 1)
+    expert_parallel: Bytes = Bytes(0)
 
     @property
     def total(self) -> Bytes:
         """Bytes this device sends per step, all schemes together."""
-        return self.data_parallel + self.tensor_parallel + self.pipeline_parallel + self.context_parallel
+        return (self.data_parallel + self.tensor_parallel + self.pipeline_parallel
+                + self.context_parallel + self.expert_parallel)
 
     def parts(self) -> dict[str, Bytes]:
         """Each scheme's bytes by name."""
@@ -489,6 +492,7 @@ class Communication:
             "tensor parallel": self.tensor_parallel,
             "pipeline parallel": self.pipeline_parallel,
             "context parallel": self.context_parallel,
+            "expert parallel": self.expert_parallel,
         }
 
 
@@ -563,7 +567,12 @@ def communication(
       forward, another in the backward and a reduce-scatter of their gradients (Megatron-Core
       "Context parallelism overview": KV are gathered again in backward, dKV reduce-scattered),
       each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/tp) values in a ring; recomputation
-      (selective or full) reruns the attention forward and gathers K and V once more.
+      (selective or full) reruns the attention forward and gathers K and V once more;
+    - expert parallel (ep > 1): per MoE layer and micro-batch four all-to-alls of the
+      b·(s/cp)·k·h token copies, (ep-1)/ep of each leaving the device
+      (:func:`trainmath.moe.all_to_all_elements`), six with full recomputation, which reruns
+      the forward's two. Each tensor-parallel rank is counted as dispatching all its tokens
+      (an upper bound where the dispatcher splits them over the tensor-parallel ranks).
     """
     s = positive_int("seq_len (s)", seq_len)
     b = positive_int("micro_batch (b)", micro_batch)
@@ -582,9 +591,12 @@ def communication(
     for sp in stages:
         i = sp.stage
         dp_bytes = zero_traffic(
-            sp.total, lay.zero_group, zero_stage, microbatches=m, weight_bytes=r.weights,
-            grad_bytes=g,
+            sp.dense if sp.expert else sp.total, lay.zero_group, zero_stage, microbatches=m,
+            weight_bytes=r.weights, grad_bytes=g,
         ).total if lay.zero_group > 1 else Bytes(0)
+        if sp.expert and lay.expert_zero_group > 1:  # experts reduce over dp·cp/ep replicas
+            dp_bytes += zero_traffic(sp.expert, lay.expert_zero_group, zero_stage, microbatches=m,
+                                     weight_bytes=r.weights, grad_bytes=g).total
         if tp > 1:
             count = tensor_parallel_collectives(
                 sp.layers, first=i == 0, last=i == pp - 1,
@@ -605,7 +617,13 @@ def communication(
             cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
         else:
             cp_bytes = Bytes(0)
-        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes))
+        if lay.ep > 1:
+            passes = 4 + (2 if recompute == "full" else 0)
+            copies = tokens * model.experts_per_token * model.hidden * act
+            ep_bytes = Bytes(passes * all_to_all_factor(lay.ep) * copies * sp.layers * m)
+        else:
+            ep_bytes = Bytes(0)
+        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes, ep_bytes))
     if stage is None:
         return max(result, key=lambda c: (c.total, -c.stage))
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:

@@ -437,6 +437,7 @@ class Estimate:
         top = self.peak.peak
         return {
             "params": self.params,
+            "active_params": self.params if shape is None else param_breakdown(shape).active,
             "per_device": {k: _whole(v) for k, v in per_device.items()},
             "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
                      "pipeline_stage": self.peak_stage,
