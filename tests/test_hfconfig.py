@@ -21,16 +21,22 @@ def config(name: str) -> dict:
 # - Meta-Llama-3-8B: model.safetensors.index.json metadata.total_size 16,060,522,496 bytes of
 #   bf16 weights (2 bytes each) = 8,030,261,248 parameters.
 # - Mistral-7B-v0.1: its index's total_size 14,483,464,192 bytes (bf16) / 2.
-# - Qwen2-7B: its index's total_size 15,231,233,024 bytes (bf16) / 2 (the same shape and total as
-#   Qwen2.5-7B's index).
+# - Qwen2-7B: 15,231,233,024 bytes (bf16) / 2, the total_size of Qwen/Qwen2.5-7B-Instruct's
+#   model.safetensors.index.json (the hub's safetensors metadata: 7,615,616,512 parameters).
+#   Qwen2.5-7B has Qwen2-7B's config.json sizes key for key (hidden 3584, 28 layers, 28 heads, 4
+#   key-value heads, intermediate 18944, vocabulary 152064, untied, q/k/v biases); the source is
+#   for that shape, and validate/test_hf_configs.py counts this very file in transformers.
 # - gemma-7b: 8,537,680,896, the parameter count the Hugging Face hub reads from the safetensors
 #   metadata of google/gemma-7b (its model card's "8.54B").
 # - Mixtral-8x7B-v0.1: its index's total_size 93,405,585,408 bytes (bf16) / 2 = 46,702,792,704.
 # - gpt2: 124,439,808; the checkpoint's model.safetensors holds 137,022,720 values, which include
 #   twelve 1×1×1024×1024 causal-mask buffers (attn.bias, 12,582,912 values) that are not
 #   parameters: 137,022,720 - 12,582,912.
-# - pythia-160m: 162,322,944 total parameters, the Pythia model card's table (EleutherAI/pythia
-#   README: "160M ... 85,056,000 non-embedding, 162,322,944 total").
+# - pythia-160m: its model.safetensors holds 162,323,040 fp16 values (the hub's safetensors
+#   metadata, besides 50,331,648 uint8 causal-mask values), of which twelve rotary inv_freq
+#   buffers of 8 values (rotary_pct 0.25 of a 64-wide head, halved) are not parameters:
+#   162,323,040 - 96. The Pythia README's table gives its 85,056,000 non-embedding parameters
+#   (asserted below).
 PUBLISHED = {
     "Meta-Llama-3-8B": 16_060_522_496 // 2,
     "Mistral-7B-v0.1": 14_483_464_192 // 2,
@@ -38,7 +44,7 @@ PUBLISHED = {
     "gemma-7b": 8_537_680_896,
     "Mixtral-8x7B-v0.1": 93_405_585_408 // 2,
     "gpt2": 137_022_720 - 12 * 1024 * 1024,
-    "pythia-160m": 162_322_944,
+    "pythia-160m": 162_323_040 - 12 * 8,
 }
 
 
@@ -52,7 +58,8 @@ def test_the_test_data_covers_every_family():
 
 
 def test_pythia_non_embedding_count_is_the_model_cards():
-    """The Pythia card's 85,056,000 non-embedding parameters: total less embed_in and embed_out."""
+    """The Pythia README's table: 160M has 85,056,000 non-embedding parameters (EleutherAI/pythia,
+    "Non-Embedding Params"): the total less embed_in and embed_out."""
     b = param_breakdown(load_config(DATA / "pythia-160m.json"))
     assert b.total - b.embedding - b.lm_head == 85_056_000
 
