@@ -200,3 +200,14 @@ def test_all_to_all_factor():
     from trainmath.collectives import all_to_all_factor
 
     assert all_to_all_factor(8) == Fraction(7, 8) and all_to_all_factor(1) == 0
+
+
+def test_flops_follow_the_active_parameters():
+    """6N counts the router and k experts per layer: Mixtral's active parameters less its token
+    embedding (a lookup) and its norms."""
+    from trainmath.compute import matmul_params
+
+    norms = 32 * 2 * 4096 + 4096
+    assert matmul_params(MIXTRAL) == active_params(MIXTRAL) - 32000 * 4096 - norms
+    dense = modified(MIXTRAL, experts=0, experts_per_token=0)
+    assert matmul_params(dense) == param_count(dense) - 32000 * 4096 - norms
