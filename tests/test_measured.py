@@ -26,7 +26,7 @@ CONFIGS = DOC["configurations"]
 
 def test_the_file_is_the_measurements_schema():
     assert DOC["schema"] == "trainmath-measurements/1"
-    assert len(CONFIGS) == 114 + 6  # six LoRA configurations (kind "finetune")
+    assert len(CONFIGS) == 118 + 6  # six LoRA configurations (kind "finetune")
     assert {c["implementation"] for c in CONFIGS} == set(MEASURED_IMPLEMENTATIONS)
     assert {c["recipe"] for c in CONFIGS if c["kind"] == "step"} == set(MEASURED_RECIPES)
     assert {c["precision"] for c in CONFIGS if c["kind"] == "saved"} == set(MEASURED_PRECISIONS)

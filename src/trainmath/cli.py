@@ -16,7 +16,7 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
-from . import activations, compute, finetune, memory, models, sharding
+from . import activations, compute, finetune, hfconfig, memory, models, moe, sharding
 from .runs import Batch, Budget, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
 from .parallelism import Layout
 from .units import Bytes, parse_bytes
@@ -25,6 +25,7 @@ from .units import Bytes, parse_bytes
 PROG = "trainmath"
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn", "vocab")
+_MOE_FLAGS = ("experts", "experts_per_token", "shared_experts", "expert_ffn")
 
 
 class UsageError(Exception):
@@ -134,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     model = est.add_argument_group("model (a preset, a parameter count, or a shape)")
     model.add_argument("--model", metavar="PRESET", type=_one_of("model preset", list(models.PRESETS)),
                        help="one of: " + ", ".join(models.PRESETS))
+    model.add_argument("--config", metavar="PATH",
+                       help="a Hugging Face config.json (families: " + ", ".join(hfconfig.FAMILIES)
+                       + "); the model is named by PATH")
     model.add_argument("--params", type=parse_count, metavar="N",
                        help="parameter count (7e9, 7B, 6738415616); model states only")
     model.add_argument("--layers", type=_positive, help="transformer layers L")
@@ -149,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="dropout after attention and MLP (saves masks)")
     model.add_argument("--tied-embeddings", action="store_true", default=None,
                        help="the LM head shares the embedding matrix")
+    model.add_argument("--experts", type=_positive, help="routed experts per layer (mixture of "
+                       "experts); default: dense")
+    model.add_argument("--experts-per-token", type=_positive, metavar="K",
+                       help="experts each token is routed to (top-k)")
+    model.add_argument("--shared-experts", type=_positive, metavar="N",
+                       help="experts every token goes through besides the routed ones")
+    model.add_argument("--expert-ffn", type=_positive, metavar="WIDTH",
+                       help="MLP width of one expert; default: --ffn")
 
     train = est.add_argument_group("training")
     recipe_names = [*memory.RECIPES, *memory.RECIPE_ALIASES]
@@ -169,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "recipe's (fsdp2: 3, deepspeed: 2, else 0)")
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         train.add_argument(f"--{name}", type=_positive, default=1, help=f"{what}-parallel size")
+    train.add_argument("--ep", type=_positive, default=1,
+                       help="expert-parallel size, within dp (a mixture of experts)")
     train.add_argument("--interleave", type=_positive, default=1, metavar="V",
                        help="model chunks per pipeline device (interleaved 1F1B)")
     train.add_argument("--gpus", type=_positive, help="check that dp·tp·pp·cp equals this")
@@ -285,7 +299,14 @@ def _adapter(args: argparse.Namespace) -> finetune.Adapter | None:
 def _model(args: argparse.Namespace) -> models.ModelShape | int:
     """The model the flags name: a parameter count, a preset (changed by shape flags) or a shape."""
     given = {f: getattr(args, f) for f in (*_SHAPE_FLAGS, "kv_heads", "mlp", "norm", "dropout",
-                                           "tied_embeddings") if getattr(args, f) is not None}
+                                           "tied_embeddings", *_MOE_FLAGS)
+             if getattr(args, f) is not None}
+    if args.config is not None:
+        if args.model or args.params is not None:
+            extra = "--model" if args.model else "--params"
+            raise UsageError(f"--config {args.config} cannot be combined with {extra}: give one "
+                             "model")
+        return models.modified(hfconfig.load_config(args.config), **given)
     if args.params is not None:
         if args.model or given:
             extra = "--model" if args.model else "--" + next(iter(given)).replace("_", "-")
@@ -296,8 +317,8 @@ def _model(args: argparse.Namespace) -> models.ModelShape | int:
         return models.modified(models.preset(args.model), **given)
     missing = [f"--{f}" for f in _SHAPE_FLAGS if f not in given]
     if len(missing) == len(_SHAPE_FLAGS):
-        raise UsageError("no model given; accepted: --model PRESET, --params N, or a shape "
-                         "(--layers --hidden --heads --ffn --vocab)")
+        raise UsageError("no model given; accepted: --model PRESET, --config PATH, --params N, or "
+                         "a shape (--layers --hidden --heads --ffn --vocab)")
     if missing:
         raise UsageError(f"a shape needs {' '.join(missing)} as well (or start from --model)")
     return models.shape("custom", **given)
@@ -306,7 +327,8 @@ def _model(args: argparse.Namespace) -> models.ModelShape | int:
 def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.Run` the parsed flags describe; the library checks it."""
     model = _model(args)
-    lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel)
+    lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel,
+                 args.ep)
     if (args.tokens is None) != (args.mfu is None):
         given, missing = ("--tokens", "--mfu F") if args.mfu is None else ("--mfu", "--tokens N")
         raise UsageError(f"{given} needs {missing} as well: a time to train needs the tokens and "
@@ -341,6 +363,9 @@ def to_run(args: argparse.Namespace) -> Run:
         if "global_batch" in exc.fields or "v" in exc.fields:
             raise UsageError("--global-batch and --interleave need a model shape (--model or "
                              "--layers/--hidden/...)") from None
+        if "ep" in exc.fields:
+            raise UsageError(f"--ep {lay.ep} needs a mixture-of-experts shape (--model, --config "
+                             "or --layers/--hidden/... with --experts)") from None
         split = " and ".join(f"--{k} {getattr(lay, k)}" for k in exc.fields)
         verb = "need" if len(exc.fields) > 1 else "needs"
         raise UsageError(f"{split} {verb} a model shape (--model or --layers/--hidden/...): "
@@ -354,16 +379,20 @@ def render(est: Estimate) -> str:
     name = "--params" if shape is None else shape.name
     lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
              f"({t.optimizer_impl} step), ZeRO stage {t.zero_stage}"]
+    if shape is not None and shape.moe:
+        lines.append(f"mixture of experts: {shape.experts} experts, top {shape.experts_per_token}"
+                     + (f", {shape.shared_experts} shared" if shape.shared_experts else "")
+                     + f"; {moe.active_params(shape):,} parameters active per token")
     if r.assumed:
         given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
                  "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
         if r.adapter is not None:  # what peft and transformers do, not how the preset was trained
             given["recipe"] = f"the adapter in {t.recipe}, as peft keeps it"
             given["implementation"] = f"Hugging Face's kernels {t.implementation}"
-        preset_defaults = shape is not None and shape.name in models.TRAINING_DEFAULTS \
-            and models.trained_with(shape) is models.TRAINING_DEFAULTS[shape.name]
-        how = (f"as {shape.name} is commonly trained" if preset_defaults
-               else "not a preset" if shape is not None else "no shape")
+        like = None if shape is None else models.preset_like(shape)
+        how = ("no shape" if shape is None else "not a preset" if like is None
+               else f"as {like} is commonly trained" if like == shape.name
+               else f"the shape of {like}, as it is commonly trained")
         if r.adapter is not None:
             how = "as peft and transformers fine-tune"
         lines.append(f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed))

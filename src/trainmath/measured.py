@@ -100,6 +100,7 @@ def shape_of(config: dict) -> ModelShape:
     s = config["shape"]
     return ModelShape(name=s["name"], source=s.get("source", ""),
                       sliding_window=s.get("sliding_window") or 0,
+                      experts=s.get("experts", 0), experts_per_token=s.get("experts_per_token", 0),
                       **{k: s[k] for k in _SHAPE_KEYS})
 
 

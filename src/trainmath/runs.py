@@ -60,8 +60,8 @@ from .compute import GPU_ALIASES, GPUS, Peak, flops_per_token, gpu as _accelerat
 from . import finetune as _ft
 from .finetune import Adapter
 from .memory import BytesPerParam, Recipe, bytes_per_param, optimizer, optimizer_impl, recipe
-from .models import (CUSTOM_DEFAULTS, ModelShape, param_count, param_shapes, preset,
-                     trained_with)
+from .models import (CUSTOM_DEFAULTS, ModelShape, param_breakdown, param_count, param_shapes,
+                     preset, trained_with)
 from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches,
                           _stage_params, fullest, validate)
 from .peak import GatheredUnits, StepInputs, StepPeak, _step_peak, _temporaries
@@ -354,6 +354,8 @@ class Run:
             raise ValueError(f"implementation {t.implementation!r}: {problem}")
         if recipe(t.recipe).name == "fsdp2" and lay.pp > 1:
             raise ValueError("recipe 'fsdp2' with pp > 1 is not modelled; accepted: pp = 1")
+        if recipe(t.recipe).name == "fsdp2" and lay.ep > 1:
+            raise ValueError("recipe 'fsdp2' with ep > 1 is not modelled; accepted: ep = 1")
 
     @property
     def shape(self) -> ModelShape | None:
@@ -430,7 +432,8 @@ def _check_adapter(r: Run) -> dict[str, str]:
 def _check_count_only(lay: Layout, batch: Batch) -> None:
     """A parameter count cannot be split over tp or pp ranks, nor scheduled in a pipeline."""
     given = {"global_batch": batch.global_batch, "v": lay.v if lay.v > 1 else None,
-             "tp": lay.tp if lay.tp > 1 else None, "pp": lay.pp if lay.pp > 1 else None}
+             "tp": lay.tp if lay.tp > 1 else None, "pp": lay.pp if lay.pp > 1 else None,
+             "ep": lay.ep if lay.ep > 1 else None}
     needs = tuple(name for name, value in given.items() if value is not None)
     if needs:
         listing = " and ".join(f"{name} {given[name]}" for name in needs)
@@ -469,6 +472,7 @@ def run(
     mfu: float | None = None,
     gpus_per_node: int | None = None,
     adapter: Adapter | None = None,
+    ep: int = 1,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -496,7 +500,7 @@ def run(
         model=model,
         training=Training(recipe, optimizer, zero_stage, recompute, implementation, mlp_kernel,
                           attention, optimizer_impl, offload),
-        layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
+        layout=Layout(dp, tp, pp, cp, v, sequence_parallel, ep),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
         overhead=overhead,
@@ -658,6 +662,7 @@ class Estimate:
         time = self.time
         return {
             "params": self.params,
+            "active_params": self.params if shape is None else param_breakdown(shape).active,
             "per_device": {k: _whole(v) for k, v in per_device.items()},
             "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
                      "pipeline_stage": self.peak_stage,
@@ -690,7 +695,7 @@ class Estimate:
                     if f.name not in ("name", "source")},
                 "recipe": t.recipe, "optimizer": t.optimizer, "optimizer_impl": t.optimizer_impl,
                 "zero": t.zero_stage,
-                "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
+                "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
                 "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
                 "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
                 "interleave": lay.v, "recompute": t.recompute,
@@ -906,8 +911,12 @@ def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
     h, V = shape.hidden, shape.vocab
     zero = Bytes(0)
     P = d.params
+    Pe, ne = d.expert_params, d.expert_zero_group  # routed experts: their own ZeRO group
+    Pd = P - Pe
     # the parameter tensors on this device, for Adam's step counters and the largest one
-    layer_tensors = [Fraction(math.prod(s), tp if len(s) > 1 else 1) for s in shapes.layer]
+    # (3-D tensors are a mixture's routed experts, split ep·tp ways)
+    layer_tensors = [Fraction(math.prod(s), (tp * lay.ep if len(s) == 3 else tp) if len(s) > 1 else 1)
+                     for s in shapes.layer]
     root_first = [Fraction(V * h, tp)] + ([Fraction(shape.positions * h)] if shape.positions else [])
     norms = 2 if shape.norm == "layernorm" else 1
     root_last = [Fraction(h)] * norms + ([Fraction(V * h, tp)] if not shape.tied_embeddings or pp > 1 else [])
@@ -917,10 +926,11 @@ def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
     largest = max(layer_tensors + (root_first if first else []) + (root_last if last else []))
     # gradients: persistent (Megatron's buffer), at the end of backward, at the step
     persistent = d.gradients if r.persistent_gradients else zero
-    backward = zero if r.persistent_gradients else _share(P * r.gradients, n, z >= 2)
-    step = d.gradients + _share(P * r.step_copy, n, z >= 1)
+    backward = zero if r.persistent_gradients else (
+        _share(Pd * r.gradients, n, z >= 2) + _share(Pe * r.gradients, ne, z >= 2))
+    step = d.gradients + _share(Pd * r.step_copy, n, z >= 1) + _share(Pe * r.step_copy, ne, z >= 1)
     sharded_opt = z >= 1
-    numel = Fraction(P, n) if sharded_opt else Fraction(P)
+    numel = Fraction(Pd, n) + Fraction(Pe, ne) if sharded_opt else Fraction(P)
     local_largest = -(-largest // n) if sharded_opt else largest
     temps = _temporaries(t.optimizer_impl, numel, local_largest, _state_value(r, t))
     tied = zero
@@ -960,10 +970,13 @@ def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: boo
         head = Bytes(c * (V * h + norms * h))  # the LM head's (or tied embedding's) and norm's
         return GatheredUnits(layer, layer, layer * Fraction(reduce, c), layer_rank.gradients,
                              root, head, root, root * Fraction(reduce, c))
-    per_layer = Fraction(param_count(shape) - _root_params(shape), shape.layers * tp)
-    layer = Bytes(c * per_layer)
+    routed = param_breakdown(shape).per_layer_routed  # a mixture's experts: ep·tp ways
+    dense = Fraction(param_count(shape) - _root_params(shape) - shape.layers * routed,
+                     shape.layers * tp)
+    experts = Fraction(routed, lay.ep * tp)
+    layer = Bytes(c * (dense + experts))
     head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
-    grads = Bytes(Fraction(r.gradients * per_layer, n))
+    grads = Bytes(r.gradients * (dense / n + experts / lay.expert_zero_group))
     return GatheredUnits(layer, layer, layer * Fraction(reduce, c), grads, head, head, head,
                          head * Fraction(reduce, c))
 

@@ -15,7 +15,7 @@ from . import finetune, saved, shapes, step
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
 
-MODELS = tuple(shapes.SHAPES)
+MODELS = tuple(name for name in shapes.SHAPES if name not in shapes.MOE)
 HF_MODELS = tuple(name for name, s in shapes.SHAPES.items() if s["family"] in ("llama", "mistral"))
 LENGTHS = (2048, 4096)
 FINETUNE = ((16, ("q", "v")), (64, ("q", "k", "v", "o", "gate", "up", "down")))
@@ -105,6 +105,10 @@ def configurations() -> list[Config]:
                 for precision in ("bf16", "autocast-bf16"):
                     fast = model == "llama-2-7b" and s == 2048
                     out.append(Config("saved", model, impl, s, precision=precision, fast=fast))
+    for model in shapes.MOE:  # Mixtral: transformers' MixtralForCausalLM, grouped_mm experts
+        for s in LENGTHS:
+            for impl in ("hf-sdpa", "hf-eager"):
+                out.append(Config("saved", model, impl, s, precision="bf16"))
     # 1 and 3. a whole training step: states after it, and its peak
     for model in MODELS:
         fast = model == "llama-2-7b"
@@ -159,10 +163,10 @@ def methods() -> dict:
             "reference-sdpa": "validate/measure/models.py Reference with "
                               "F.scaled_dot_product_attention (CPU flash kernel)",
             "reference-eager": "validate/measure/models.py Reference with softmax(QKᵀ/√d + mask)V",
-            "hf-sdpa": "transformers LlamaForCausalLM / MistralForCausalLM, "
-                       "attn_implementation='sdpa'",
-            "hf-eager": "transformers LlamaForCausalLM / MistralForCausalLM, "
-                        "attn_implementation='eager'",
+            "hf-sdpa": "transformers LlamaForCausalLM / MistralForCausalLM / MixtralForCausalLM "
+                       "(its default grouped_mm experts), attn_implementation='sdpa'",
+            "hf-eager": "transformers LlamaForCausalLM / MistralForCausalLM / MixtralForCausalLM "
+                        "(its default grouped_mm experts), attn_implementation='eager'",
             "about": " ".join(models.__doc__.split()),
         },
         "precisions": {
