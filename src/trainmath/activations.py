@@ -28,6 +28,7 @@ function checks its inputs and calls an unchecked core (``_layer``, ``_input``, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from fractions import Fraction
 
@@ -228,7 +229,7 @@ class LayerActivations:
 
     tensors: tuple[Saved, ...]
 
-    @property
+    @cached_property  # computed once: an estimate asks for it for every pipeline stage
     def total(self) -> Bytes:
         """Every saved tensor: what ``saved_tensors_hooks`` counts (validate/test_saved_tensors.py)."""
         return sum((t.bytes for t in self.tensors), Bytes(0))

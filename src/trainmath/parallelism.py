@@ -347,11 +347,19 @@ def device_memory(
 
 
 def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPerParam,
-                   acts: Sequence[Bytes]) -> tuple[DeviceMemory, ...]:
-    """:func:`device_memory` on checked inputs, with one activation amount per stage."""
+                   acts: Sequence[Bytes], stages: Sequence[int] | None = None
+                   ) -> tuple[DeviceMemory, ...]:
+    """:func:`device_memory` on checked inputs, with one activation amount per stage (per stage
+    of ``stages``, default all)."""
+    params = _stage_params(model, lay)
+    if stages is not None:
+        params = tuple(params[i] for i in stages)
     result = []
-    for sp, act in zip(_stage_params(model, lay), acts):
-        states = _zero_states(sp.total, lay.zero_group, zero_stage, per)
+    states_of: dict[int, ModelStates] = {}  # the middle stages hold the same parameters
+    for sp, act in zip(params, acts):
+        states = states_of.get(sp.total)
+        if states is None:
+            states = states_of[sp.total] = _zero_states(sp.total, lay.zero_group, zero_stage, per)
         result.append(
             DeviceMemory(
                 stage=sp.stage, params=sp.total, zero_stage=zero_stage, zero_group=lay.zero_group,
@@ -517,9 +525,13 @@ def communication(
     tokens = b * (s // cp)  # tokens of one micro-batch on this device
     activation = tokens * model.hidden * act  # b·(s/cp)·h bytes
     stages = stage_params(model, lay)
-    result = []
+    # The middle stages (neither first nor last) hold the same parameters and send the same
+    # bytes: compute the first, one middle one and the last, and copy the middle one.
+    distinct = {}
     for sp in stages:
         i = sp.stage
+        if i not in (0, 1, pp - 1):
+            continue
         dp_bytes = zero_traffic(
             sp.total, lay.zero_group, zero_stage, microbatches=m, weight_bytes=r.weights,
             grad_bytes=g,
@@ -544,9 +556,9 @@ def communication(
             cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
         else:
             cp_bytes = Bytes(0)
-        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes))
-    if stage is None:
-        return max(result, key=lambda c: (c.total, -c.stage))
+        distinct[i] = Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes)
+    if stage is None:  # the middle stages tie with stage 1: the earliest wins
+        return max(distinct.values(), key=lambda c: (c.total, -c.stage))
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
         raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {pp - 1}")
-    return result[stage]
+    return distinct[stage] if stage in distinct else replace(distinct[1], stage=stage)

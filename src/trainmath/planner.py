@@ -57,7 +57,7 @@ from .compute import GPUS, TERA, flops_per_token, gpu as accelerator
 from .memory import recipe as _recipe
 from .models import ModelShape, preset
 from .parallelism import Layout, _bubble, communication
-from .runs import Batch, Gpu, Run, Training, estimate
+from .runs import Batch, Gpu, Run, Training, _peak
 from .units import GB, Bytes, choice, positive_int
 
 #: The default share of a GPU's dense peak that the step's matrix multiplications sustain: an
@@ -588,8 +588,7 @@ def _search_grid(model, lay, s, B, stages, attention, max_v, fsdp, t0, device, g
                                  f"does not fit: needs at least the memory of ZeRO-{fz}, "
                                  f"recompute {frc}, b {fb}, which does not fit", t))
             continue
-        e = _estimate(model, lv, s, b, B, z, rc, t0, device)
-        peak = e.peak.bytes
+        peak = _estimate(model, lv, s, b, B, z, rc, t0, device).bytes
         if peak > device.memory:
             failed.append((v, z, rc, b))
             out.append(Candidate(lv, z, rc, b, "dropped",
@@ -611,8 +610,10 @@ def _scored(model, lay, z, rc, b, t, peak, s, B, gpu, status, reason) -> Candida
 
 @lru_cache(maxsize=8192)
 def _estimate(model, lay, s, b, B, z, rc, t0, device):
+    """The step's peak of ``estimate(run)`` (:class:`~trainmath.peak.StepPeak`) for one setting:
+    only the pipeline stages that can hold the peak are built."""
     training = replace(t0, zero_stage=z, recompute=rc)
-    return estimate(Run(model, training, lay, Batch(s, b, B), device))
+    return _peak(Run(model, training, lay, Batch(s, b, B), device))
 
 
 def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, node, achievable,
@@ -646,7 +647,7 @@ def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, n
                                   zero_stage=z, recompute=rc, recipe=t0.recipe, gpu=gpu,
                                   node_gpus=node, achievable=achievable, nvlink=nvlink,
                                   network=network, overlap=overlap)
-                    peak = _estimate(model, lv, s, b, B, z, rc, t0, device).peak.bytes
+                    peak = _estimate(model, lv, s, b, B, z, rc, t0, device).bytes
                     if best is None or (peak <= device.memory, -t.total) > best[0]:
                         best = ((peak <= device.memory, -t.total), lv, z, rc, b, t, peak)
     _, lv, z, rc, b, t, peak = best
