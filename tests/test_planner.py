@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmath import planner
+from trainmath import parallelism, planner
 from trainmath.cli import main
 from trainmath.compute import GPUS, flops_per_token
 from trainmath.models import megatron_param_count, modified, param_count, preset
@@ -98,8 +98,10 @@ def p70():
 def test_plan_is_fast():
     """The issue's bar: Llama-3-70B on 512 H100s in under a second on one core; a generous
     margin for a loaded CI machine, with the caches emptied first."""
+    planner._memo.cache_clear()
     planner._estimate.cache_clear()
     planner._traffic.cache_clear()
+    parallelism._stage_params.cache_clear()
     start = time.process_time()
     plan("llama-3-70b", gpu="h100-sxm", gpus=512, seq_len=8192, global_batch=1024)
     assert time.process_time() - start < 3

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 from typing import Sequence
 
 from .activations import RECOMPUTE_KINDS
@@ -245,6 +246,7 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     return _stage_params(model, lay)
 
 
+@lru_cache(maxsize=4096)  # the planner asks for each layout's stages many times
 def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     """:func:`stage_params` for a layout already checked against the model."""
     tp, pp = lay.tp, lay.pp

@@ -482,7 +482,29 @@ def plan(
     tp and tp × cp stay within a node unless ``tp_across_nodes`` / ``cp_across_nodes``.
     ``layout`` ("dp=16,tp=8,pp=4", optionally with v, zero, recompute, b) is scored and placed in
     the ranking as :attr:`Plan.user`. A ValueError says what would work when nothing does.
+
+    A plan is immutable and depends only on these arguments: it is memoised on them (the
+    published-run checks of the tests and of the how-to page share one computation).
     """
+    args = (model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+            gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+            max_interleave, tuple(layout.items()) if isinstance(layout, dict) else layout)
+    try:
+        hash(args)
+    except TypeError:  # an unhashable argument: no memo, the checks below say what is wrong
+        return _plan(*args)
+    return _memo(*args)
+
+
+@lru_cache(maxsize=64, typed=True)  # typed: 1, 1.0 and True are different inputs
+def _memo(*args) -> Plan:
+    return _plan(*args)
+
+
+def _plan(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+          gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+          max_interleave, layout) -> Plan:
+    """:func:`plan`, not memoised."""
     if isinstance(model, str):
         model = preset(model)
     if not isinstance(model, ModelShape):
