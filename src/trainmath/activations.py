@@ -28,7 +28,7 @@ function checks its inputs and calls an unchecked core (``_layer``, ``_input``, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from fractions import Fraction
 
@@ -425,6 +425,7 @@ def _projections(model: ModelShape, block: str) -> int:
     return 3 if block == "attention" else 2
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
            recompute: str, attention: str, value_bytes: int, mask_bytes: int,
            stat_bytes: int, mlp_kernel: str = "eager", family: str = "megatron",
@@ -558,6 +559,7 @@ def input_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
     return _input(model, s, b, tp, bool(sequence_parallel), cp, positive_int("mask_bytes", mask_bytes))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _input(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
            mask_bytes: int) -> LayerActivations:
     """:func:`input_activations` on checked inputs."""
@@ -585,6 +587,7 @@ def rotary_activations(model: ModelShape, s: int, *, cp: int = 1, value_bytes: i
     return _rotary(model, s, cp, positive_int("value_bytes", value_bytes), bool(autocast))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _rotary(model: ModelShape, s: int, cp: int, value_bytes: int, autocast: bool) -> LayerActivations:
     """:func:`rotary_activations` on checked inputs."""
     if model.positions:
@@ -623,6 +626,7 @@ def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
                    family, bool(autocast))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _output(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
             value_bytes: int, stat_bytes: int, family: str = "megatron",
             autocast: bool = False) -> LayerActivations:

@@ -53,7 +53,7 @@ from .activations import RECOMPUTE_KINDS
 from .collectives import ring_all_reduce_factor, ring_gather_factor
 from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
 from .models import ModelShape, param_breakdown
-from .sharding import _zero_states, check_stage, zero_traffic
+from .sharding import _zero_states, _zero_traffic, check_stage
 from .units import Bytes, choice, positive_int
 
 
@@ -530,20 +530,24 @@ def communication(
     # The middle stages (neither first nor last) hold the same parameters and send the same
     # bytes: compute the first, one middle one and the last, and copy the middle one.
     distinct = {}
+    z = check_stage(zero_stage) if lay.zero_group > 1 else zero_stage  # as zero_traffic checks it
+    # exact factors, computed once for the stages below (Fractions: the order changes nothing)
+    tp_unit = ring_all_reduce_factor(tp) * activation * m if tp > 1 else 0
+    cp_unit = (ring_gather_factor(cp) * (2 * b * s * (model.kv_dim // tp) * act) * m
+               if cp > 1 else 0)
     for sp in stages:
         i = sp.stage
         if i not in (0, 1, pp - 1):
             continue
-        dp_bytes = zero_traffic(
-            sp.total, lay.zero_group, zero_stage, microbatches=m, weight_bytes=r.weights,
-            grad_bytes=g,
+        dp_bytes = _zero_traffic(  # its inputs are checked above
+            sp.total, lay.zero_group, z, m, r.weights, g,
         ).total if lay.zero_group > 1 else Bytes(0)
         if tp > 1:
             count = tensor_parallel_collectives(
                 sp.layers, first=i == 0, last=i == pp - 1,
                 sequence_parallel=lay.sequence_parallel, recompute=recompute, regather=regather,
             )
-            tp_bytes = Bytes(count * ring_all_reduce_factor(tp) * activation * m)
+            tp_bytes = Bytes(count * tp_unit)
         else:
             tp_bytes = Bytes(0)
         if pp > 1:
@@ -553,9 +557,9 @@ def communication(
         else:
             pp_bytes = Bytes(0)
         if cp > 1:
-            kv = 2 * b * s * (model.kv_dim // tp) * act  # K and V of the whole sequence, this TP rank
+            # K and V of the whole sequence on this TP rank, 2·b·s·(kv_dim/tp) values, in cp_unit
             passes = 3 + (1 if recompute != "none" else 0)
-            cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
+            cp_bytes = Bytes(passes * sp.layers * cp_unit)
         else:
             cp_bytes = Bytes(0)
         distinct[i] = Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes)
