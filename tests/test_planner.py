@@ -96,15 +96,15 @@ def p70():
 
 
 def test_plan_is_fast():
-    """The issue's bar: Llama-3-70B on 512 H100s in under a second on one core; a generous
-    margin for a loaded CI machine, with the caches emptied first."""
+    """The issue's bar: Llama-3-70B on 512 H100s in under a second on one core (CPU time of
+    this process), with every cache emptied first, the plan's own memo included."""
     planner._memo.cache_clear()
     planner._estimate.cache_clear()
     planner._traffic.cache_clear()
     parallelism._stage_params.cache_clear()
     start = time.process_time()
     plan("llama-3-70b", gpu="h100-sxm", gpus=512, seq_len=8192, global_batch=1024)
-    assert time.process_time() - start < 3
+    assert time.process_time() - start < 1
 
 
 def test_every_candidate_has_a_reason(p70):
