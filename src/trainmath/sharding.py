@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from .collectives import ring_all_reduce_factor, ring_gather_factor
 from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
@@ -351,6 +352,7 @@ def zero_traffic(
                          positive_int("grad_bytes", grad_bytes))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each recomputation and interleave
 def _zero_traffic(psi: int, n: int, stage: int, m: int, w: int, g: int) -> StepTraffic:
     """:func:`zero_traffic` on checked inputs."""
     zero = Bytes(0)
