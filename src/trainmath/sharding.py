@@ -88,6 +88,7 @@ def zero_states(
     return _zero_states(psi, n, s, bytes_per_param(precision, optimizer_name))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each setting of a layout
 def _zero_states(psi: int, n: int, stage: int, per: BytesPerParam) -> ShardedState:
     """:func:`zero_states` on checked inputs, from the bytes per parameter ``per``."""
 
