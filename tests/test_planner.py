@@ -19,7 +19,7 @@ from trainmath.cli import main
 from trainmath.compute import GPUS, flops_per_token
 from trainmath.models import megatron_param_count, modified, param_count, preset
 from trainmath.parallelism import Layout
-from trainmath.planner import INTERCONNECTS, Overlap, plan, step_time
+from trainmath.planner import INTERCONNECTS, NCCL_RING, Overlap, plan, step_time
 from trainmath.runs import estimate, run
 
 DATA = json.loads((Path(__file__).parents[1] / "docs/_data/published_layouts.json").read_text())
@@ -244,3 +244,31 @@ def test_published_layout_ranks_high(r):
         assert rank > 5, f"{r['source']} now ranks {rank}: move it out of KNOWN_LOW"
     else:
         assert rank <= 5, f"{r['source']}: published layout ranks {rank}"
+
+
+# -- the collectives' latency (off by default) -----------------------------------------------------
+def test_ring_latency_is_nccls_model():
+    """NCCL src/graph/tuning.cc, ring with the Simple protocol: base 8.4 µs, then per step 3.4 µs
+    on NVLink and 14 µs across nodes; a ring all-gather of n ranks on N nodes takes n-1 steps,
+    N-1 of them between nodes, an all-reduce twice as many (nsteps, nInterSteps there)."""
+    us = 1e-6
+    assert NCCL_RING.collective(16, 2) == pytest.approx((8.4 + 14 * 3.4 + 1 * 14) * us)
+    assert NCCL_RING.collective(16, 2, all_reduce=True) == pytest.approx((8.4 + 28 * 3.4 + 2 * 14) * us)
+    assert NCCL_RING.collective(8, 1) == pytest.approx((8.4 + 7 * 3.4) * us)
+    assert NCCL_RING.collective(1, 1) == 0
+
+
+def test_latency_moves_the_llama_3_ranking_toward_the_published_pipeline():
+    """Charged each collective's latency, ZeRO-3 over thousands of ranks stops winning: the
+    winner pipelines over Meta's 16 stages, and the published layout ranks higher."""
+    r = DATA["runs"][0]
+    p, grid = published_plan(r)
+    q = plan(p.model, gpu=r["gpu"], gpus=r["gpus"], seq_len=r["seq_len"],
+             global_batch=p.global_batch, implementation=p.training.implementation,
+             latency=NCCL_RING)
+    assert p.best.zero_stage == 3 and q.best.layout.pp == r["pp"]
+    assert q.rank_of(*grid) < p.rank_of(*grid)
+    assert q.to_dict()["inputs"]["latency"]["network_step_s"] == 14e-6
+    assert p.to_dict()["inputs"]["latency"] is None
+    with pytest.raises(ValueError, match="latency must be a RingLatency"):
+        plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64, latency=1e-6)
