@@ -28,6 +28,7 @@ function checks its inputs and calls an unchecked core (``_layer``, ``_input``, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 from fractions import Fraction
 
@@ -228,7 +229,7 @@ class LayerActivations:
 
     tensors: tuple[Saved, ...]
 
-    @property
+    @cached_property  # computed once: an estimate asks for it for every pipeline stage
     def total(self) -> Bytes:
         """Every saved tensor: what ``saved_tensors_hooks`` counts (validate/test_saved_tensors.py)."""
         return sum((t.bytes for t in self.tensors), Bytes(0))
@@ -427,6 +428,7 @@ def _projections(model: ModelShape, block: str) -> int:
     return 3 if block == "attention" else 2
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
            recompute: str, attention: str, value_bytes: int, mask_bytes: int,
            stat_bytes: int, mlp_kernel: str = "eager", family: str = "megatron",
@@ -635,6 +637,7 @@ def input_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
     return _input(model, s, b, tp, bool(sequence_parallel), cp, positive_int("mask_bytes", mask_bytes))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _input(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
            mask_bytes: int) -> LayerActivations:
     """:func:`input_activations` on checked inputs."""
@@ -662,6 +665,7 @@ def rotary_activations(model: ModelShape, s: int, *, cp: int = 1, value_bytes: i
     return _rotary(model, s, cp, positive_int("value_bytes", value_bytes), bool(autocast))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _rotary(model: ModelShape, s: int, cp: int, value_bytes: int, autocast: bool) -> LayerActivations:
     """:func:`rotary_activations` on checked inputs."""
     if model.positions:
@@ -700,6 +704,7 @@ def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
                    family, bool(autocast))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
 def _output(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
             value_bytes: int, stat_bytes: int, family: str = "megatron",
             autocast: bool = False) -> LayerActivations:

@@ -610,6 +610,8 @@ def _add_plan_parser(sub, model_group) -> None:
                          help=f"share of {kind} traffic hidden under compute")
     how.add_argument("--tp-across-nodes", action="store_true", help="allow tp beyond one node")
     how.add_argument("--cp-across-nodes", action="store_true", help="allow tp × cp beyond one node")
+    how.add_argument("--latency", action="store_true",
+                     help="also charge each collective's latency (NCCL's ring model)")
     out = pl.add_argument_group("output")
     out.add_argument("--top", type=_positive, default=10, help="rows of the table (default 10)")
     out.add_argument("--layout", metavar="SPEC",
@@ -635,7 +637,7 @@ def _plan_main(args: argparse.Namespace) -> int:
         achievable=planner.ACHIEVABLE if args.achievable is None else args.achievable,
         nvlink=args.nvlink, network=args.network, overlap=overlap,
         tp_across_nodes=args.tp_across_nodes, cp_across_nodes=args.cp_across_nodes,
-        layout=args.layout)
+        layout=args.layout, latency=planner.NCCL_RING if args.latency else None)
     print(result.to_json() if args.json else render_plan(result, args.top, args.explain))
     return 0
 
@@ -650,7 +652,11 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
              f"assumed: matmuls at {p.achievable:.0%} of the dense bf16 peak; NVLink "
              f"{p.nvlink / 1e9:g} GB/s, network {p.network / 1e9:g} GB/s per GPU each way; "
              f"overlap dp {p.overlap.dp:g}, tp {p.overlap.tp:g}, pp {p.overlap.pp:g}, "
-             f"cp {p.overlap.cp:g}",
+             f"cp {p.overlap.cp:g}"
+             + ("" if p.latency is None else
+                f"; latency per collective {p.latency.base * 1e6:g} µs + per ring step "
+                f"{p.latency.nvlink * 1e6:g} µs (NVLink), {p.latency.network * 1e6:g} µs "
+                "(network), NCCL's ring model"),
              f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
              f" rank  dp   tp  pp  cp   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
     rows = list(p.ranking[:top])

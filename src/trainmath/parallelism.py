@@ -54,13 +54,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 from typing import Sequence
 
 from .activations import RECOMPUTE_KINDS
 from .collectives import all_to_all_factor, ring_all_reduce_factor, ring_gather_factor
 from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
 from .models import ModelShape, param_breakdown
-from .sharding import _zero_states, check_stage, zero_traffic
+from .sharding import _zero_states, _zero_traffic, zero_traffic, check_stage
 from .units import Bytes, choice, positive_int
 
 
@@ -294,6 +295,7 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     return _stage_params(model, lay)
 
 
+@lru_cache(maxsize=4096)  # the planner asks for each layout's stages many times
 def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     """:func:`stage_params` for a layout already checked against the model."""
     tp, pp = lay.tp, lay.pp
@@ -404,12 +406,22 @@ def device_memory(
 
 
 def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPerParam,
-                   acts: Sequence[Bytes]) -> tuple[DeviceMemory, ...]:
-    """:func:`device_memory` on checked inputs, with one activation amount per stage."""
+                   acts: Sequence[Bytes], stages: Sequence[int] | None = None
+                   ) -> tuple[DeviceMemory, ...]:
+    """:func:`device_memory` on checked inputs, with one activation amount per stage (per stage
+    of ``stages``, default all)."""
+    params = _stage_params(model, lay)
+    if stages is not None:
+        params = tuple(params[i] for i in stages)
     result = []
-    for sp, act in zip(_stage_params(model, lay), acts):
-        states = _zero_states(sp.dense, lay.zero_group, zero_stage, per)
-        experts = _zero_states(sp.expert, lay.expert_zero_group, zero_stage, per)
+    # the middle stages hold the same parameters: their states are computed once
+    states_of: dict[tuple[int, int], tuple[ModelStates, ModelStates]] = {}
+    for sp, act in zip(params, acts):
+        key = (sp.dense, sp.expert)
+        if key not in states_of:
+            states_of[key] = (_zero_states(sp.dense, lay.zero_group, zero_stage, per),
+                              _zero_states(sp.expert, lay.expert_zero_group, zero_stage, per))
+        states, experts = states_of[key]
         result.append(
             DeviceMemory(
                 stage=sp.stage, params=sp.total, zero_stage=zero_stage, zero_group=lay.zero_group,
@@ -587,12 +599,20 @@ def communication(
     tokens = b * (s // cp)  # tokens of one micro-batch on this device
     activation = tokens * model.hidden * act  # b·(s/cp)·h bytes
     stages = stage_params(model, lay)
-    result = []
+    # The middle stages (neither first nor last) hold the same parameters and send the same
+    # bytes: compute the first, one middle one and the last, and copy the middle one.
+    distinct = {}
+    z = check_stage(zero_stage) if lay.zero_group > 1 else zero_stage  # as zero_traffic checks it
+    # exact factors, computed once for the stages below (Fractions: the order changes nothing)
+    tp_unit = ring_all_reduce_factor(tp) * activation * m if tp > 1 else 0
+    cp_unit = (ring_gather_factor(cp) * (2 * b * s * (model.kv_dim // tp) * act) * m
+               if cp > 1 else 0)
     for sp in stages:
         i = sp.stage
-        dp_bytes = zero_traffic(
-            sp.dense if sp.expert else sp.total, lay.zero_group, zero_stage, microbatches=m,
-            weight_bytes=r.weights, grad_bytes=g,
+        if i not in (0, 1, pp - 1):
+            continue
+        dp_bytes = _zero_traffic(  # its inputs are checked above
+            sp.dense if sp.expert else sp.total, lay.zero_group, z, m, r.weights, g,
         ).total if lay.zero_group > 1 else Bytes(0)
         if sp.expert and lay.expert_zero_group > 1:  # experts reduce over dp·cp/ep replicas
             dp_bytes += zero_traffic(sp.expert, lay.expert_zero_group, zero_stage, microbatches=m,
@@ -602,7 +622,7 @@ def communication(
                 sp.layers, first=i == 0, last=i == pp - 1,
                 sequence_parallel=lay.sequence_parallel, recompute=recompute, regather=regather,
             )
-            tp_bytes = Bytes(count * ring_all_reduce_factor(tp) * activation * m)
+            tp_bytes = Bytes(count * tp_unit)
         else:
             tp_bytes = Bytes(0)
         if pp > 1:
@@ -612,9 +632,9 @@ def communication(
         else:
             pp_bytes = Bytes(0)
         if cp > 1:
-            kv = 2 * b * s * (model.kv_dim // tp) * act  # K and V of the whole sequence, this TP rank
+            # K and V of the whole sequence on this TP rank, 2·b·s·(kv_dim/tp) values, in cp_unit
             passes = 3 + (1 if recompute != "none" else 0)
-            cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
+            cp_bytes = Bytes(passes * sp.layers * cp_unit)
         else:
             cp_bytes = Bytes(0)
         if lay.ep > 1:
@@ -623,9 +643,9 @@ def communication(
             ep_bytes = Bytes(passes * all_to_all_factor(lay.ep) * copies * sp.layers * m)
         else:
             ep_bytes = Bytes(0)
-        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes, ep_bytes))
-    if stage is None:
-        return max(result, key=lambda c: (c.total, -c.stage))
+        distinct[i] = Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes, ep_bytes)
+    if stage is None:  # the middle stages tie with stage 1: the earliest wins
+        return max(distinct.values(), key=lambda c: (c.total, -c.stage))
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
         raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {pp - 1}")
-    return result[stage]
+    return distinct[stage] if stage in distinct else replace(distinct[1], stage=stage)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from .memory import OPTIMIZER_IMPLS, optimizer_impl
 from .units import Bytes, positive_int
@@ -57,7 +58,7 @@ class Moment:
     when: str
     parts: tuple[tuple[str, Bytes], ...]
 
-    @property
+    @cached_property  # computed once: the peak compares it for every moment
     def total(self) -> Bytes:
         """Everything alive at this moment."""
         return sum((b for _, b in self.parts), Bytes(0))
@@ -73,7 +74,7 @@ class StepPeak:
 
     moments: tuple[Moment, ...]
 
-    @property
+    @cached_property
     def peak(self) -> Moment:
         """The moment with the most memory alive (ties: the earliest)."""
         best = self.moments[0]

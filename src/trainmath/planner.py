@@ -19,6 +19,9 @@ a predicted step time (:func:`step_time`):
   context-parallel K/V rings; ring factors from :mod:`trainmath.collectives`) over the link they
   travel on: NVLink inside a node, the network across nodes (:data:`INTERCONNECTS`, from each
   GPU's DGX/HGX system), in Megatron-Core's rank order (tp innermost, then cp, dp, pp);
+- **latency** (optional, ``latency=NCCL_RING``; the command's ``--latency``): each collective
+  also costs NCCL's ring latency, a base per collective and a latency per ring step
+  (:class:`RingLatency`, :data:`NCCL_RING`); off by default, bandwidth only;
 - **overlap**: each kind of traffic hides under the compute by its share in :class:`Overlap`
   (defaults: data-parallel and context-parallel traffic overlapped, tensor- and
   pipeline-parallel traffic exposed); what does not hide adds to the step.
@@ -56,8 +59,8 @@ from functools import lru_cache
 from .compute import GPUS, TERA, flops_per_token, gpu as accelerator
 from .memory import recipe as _recipe
 from .models import ModelShape, preset
-from .parallelism import Layout, _bubble, communication
-from .runs import Batch, Gpu, Run, Training, estimate
+from .parallelism import Layout, _bubble, communication, tensor_parallel_collectives
+from .runs import Batch, Gpu, Run, Training, _peak
 from .units import GB, Bytes, choice, positive_int
 
 #: The default share of a GPU's dense peak that the step's matrix multiplications sustain: an
@@ -132,6 +135,35 @@ class Overlap:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ValueError(f"overlap {name} must be a fraction from 0 to 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RingLatency:
+    """Seconds a ring collective costs beyond its bytes: ``base`` once per collective, and per
+    ring step ``nvlink`` inside a node or ``network`` across nodes (the α of an α–β model)."""
+
+    base: float
+    nvlink: float
+    network: float
+    source: str
+
+    def collective(self, ranks: int, nodes: int, all_reduce: bool = False) -> float:
+        """Seconds of latency of one ring all-gather or reduce-scatter (``all_reduce``: both)
+        over ``ranks`` ranks on ``nodes`` nodes: base + (steps - inter) · nvlink + inter ·
+        network, steps = n - 1 (2(n - 1) for an all-reduce), inter = nodes - 1 (doubled too)."""
+        if ranks <= 1:
+            return 0.0
+        k = 2 if all_reduce else 1
+        steps, inter = k * (ranks - 1), k * (nodes - 1)
+        return self.base + (steps - inter) * self.nvlink + inter * self.network
+
+
+#: NCCL's own latency model of a ring collective with its Simple protocol (``src/graph/tuning.cc``,
+#: ``ncclTunerConstantsDefaults``: ``baseLatencies`` ring/Simple 8.4 µs, ``hwLatencies`` ring/Simple
+#: NVLink 3.4 µs and network 14 µs per step); its topology-dependent extras (``latencyInter``,
+#: the network overhead) are left out. Used with ``plan(..., latency=NCCL_RING)``.
+NCCL_RING = RingLatency(8.4e-6, 3.4e-6, 14e-6,
+                        "NCCL src/graph/tuning.cc (commit 5067397c), ring, Simple protocol")
 
 
 @dataclass(frozen=True)
@@ -272,6 +304,8 @@ class Plan:
     #: the layout given with ``layout=``, scored and placed in the ranking (None if not given)
     user: Candidate | None = None
     assumed: tuple[str, ...] = field(default=())
+    #: the collectives' latency charged (None: bandwidth only)
+    latency: RingLatency | None = None
 
     @property
     def best(self) -> Candidate:
@@ -322,6 +356,9 @@ class Plan:
                 "network_bytes_per_s": self.network,
                 "overlap": {"dp": self.overlap.dp, "tp": self.overlap.tp,
                             "pp": self.overlap.pp, "cp": self.overlap.cp},
+                "latency": None if self.latency is None else {
+                    "base_s": self.latency.base, "nvlink_step_s": self.latency.nvlink,
+                    "network_step_s": self.latency.network, "source": self.latency.source},
             },
             "ranking": [c.to_dict() for c in self.ranking],
             "user_layout": None if self.user is None else self.user.to_dict(),
@@ -405,13 +442,16 @@ def _exposed(seconds: float, overlap: float, window: float) -> float:
 def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int,
               micro_batch: int, zero_stage: int, recompute: str, recipe: str, gpu: str,
               node_gpus: int, achievable: float, nvlink: float, network: float,
-              overlap: Overlap) -> StepTime:
+              overlap: Overlap, latency: RingLatency | None = None) -> StepTime:
     """Predicted seconds per optimizer step of one layout (see the module docstring).
 
     compute = B·s × hardware FLOPs per token / (gpus × achievable × peak); the micro-batches'
     time (compute, exposed tensor-, context- and pipeline-parallel traffic) is stretched by the
     bubble (pp-1)/(m·v), and the exposed data-parallel traffic comes once per step. A group
     stays on NVLink while it fits in a node in Megatron-Core's rank order (tp, cp, dp, pp).
+    With ``latency`` each kind of traffic also costs its collectives' latency: per step the
+    tensor-parallel all-reduces, context-parallel ring passes and pipeline sends of every
+    micro-batch and the ZeRO stage's collectives, each over the nodes its group spans.
     """
     s, B, b = seq_len, global_batch, micro_batch
     peak = accelerator(gpu).peak("fp8" if recipe == "fp8" else "bf16").flops
@@ -424,13 +464,53 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
     def link(span: int) -> float:
         return nvlink if span <= node_gpus else network
 
-    tp_t = _exposed(tp_b.n / link(lay.tp), overlap.tp, compute)
-    cp_t = _exposed(cp_b.n / link(lay.tp * lay.cp), overlap.cp, compute)
-    pp_t = _exposed(pp_b.n / link(lay.gpus), overlap.pp, compute)
-    dp_t = _exposed(dp_b.n / link(lay.tp * lay.cp * lay.dp), overlap.dp, compute)
     m = B // (lay.dp * b)
+    lat = (0.0, 0.0, 0.0, 0.0) if latency is None else _latencies(
+        model, lay, m, zero_stage, recompute, node_gpus, latency)
+    tp_t = _exposed(tp_b.n / link(lay.tp) + lat[1], overlap.tp, compute)
+    cp_t = _exposed(cp_b.n / link(lay.tp * lay.cp) + lat[3], overlap.cp, compute)
+    pp_t = _exposed(pp_b.n / link(lay.gpus) + lat[2], overlap.pp, compute)
+    dp_t = _exposed(dp_b.n / link(lay.tp * lay.cp * lay.dp) + lat[0], overlap.dp, compute)
     bubble = float(_bubble(lay.pp, m, lay.v)) * (compute + tp_t + cp_t + pp_t)
     return StepTime(compute, extra, bubble, float(tp_t), float(cp_t), float(pp_t), float(dp_t))
+
+
+def _latencies(model: ModelShape, lay: Layout, m: int, zero_stage: int, recompute: str,
+               node_gpus: int, latency: RingLatency) -> tuple[float, float, float, float]:
+    """Seconds of collective latency per step, (dp, tp, pp, cp), on the first pipeline stage.
+
+    A group's ranks sit in Megatron-Core's rank order (tp innermost, then cp, dp, pp), so a
+    group spans one node while it fits in one, else span / node_gpus nodes. Counted per step:
+    tensor parallelism, :func:`~trainmath.parallelism.tensor_parallel_collectives` all-reduces
+    per micro-batch; context parallelism, 3 ring passes per layer and micro-batch (4 with
+    recomputation); pipeline parallelism, 2·m·v sends of one step each; data parallelism over
+    dp·cp ranks, ZeRO-0 one all-reduce, ZeRO-1 a reduce-scatter and an all-gather, ZeRO-2 m
+    reduce-scatters and an all-gather, ZeRO-3 per layer and micro-batch two all-gathers and a
+    reduce-scatter. Gradient buckets are not counted (one collective per kind at least).
+    """
+    def nodes(ranks: int, span: int) -> int:
+        return 1 if span <= node_gpus else min(ranks, span // node_gpus)
+
+    layers = model.layers // lay.pp
+    tp = cp = pp = dp = 0.0
+    if lay.tp > 1:
+        count = tensor_parallel_collectives(layers, first=True, last=lay.pp == 1,
+                                            sequence_parallel=lay.sequence_parallel,
+                                            recompute=recompute)
+        tp = float(count) * m * latency.collective(lay.tp, nodes(lay.tp, lay.tp), True)
+    if lay.cp > 1:
+        passes = 3 + (1 if recompute != "none" else 0)
+        cp = passes * layers * m * latency.collective(lay.cp, nodes(lay.cp, lay.tp * lay.cp))
+    if lay.pp > 1:
+        hop = latency.network if lay.gpus > node_gpus else latency.nvlink
+        pp = 2 * m * lay.v * (latency.base + hop)
+    ranks = lay.dp * lay.cp
+    if ranks > 1:
+        n = nodes(ranks, lay.tp * ranks)
+        one = latency.collective(ranks, n)
+        dp = {0: latency.collective(ranks, n, True), 1: 2 * one,
+              2: (m + 1) * one}.get(zero_stage, 3 * layers * m * one)
+    return dp, tp, pp, cp
 
 
 def _parse_layout(text: str) -> dict[str, int]:
@@ -473,6 +553,7 @@ def plan(
     cp_across_nodes: bool = False,
     max_interleave: int = 8,
     layout: str | dict | None = None,
+    latency: RingLatency | None = None,
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
@@ -481,8 +562,33 @@ def plan(
     ``implementation`` to what the model is commonly trained with (:class:`~trainmath.runs.Run`).
     tp and tp × cp stay within a node unless ``tp_across_nodes`` / ``cp_across_nodes``.
     ``layout`` ("dp=16,tp=8,pp=4", optionally with v, zero, recompute, b) is scored and placed in
-    the ranking as :attr:`Plan.user`. A ValueError says what would work when nothing does.
+    the ranking as :attr:`Plan.user`. ``latency`` (e.g. :data:`NCCL_RING`) adds each
+    collective's latency to the traffic's time; None (the default) charges bandwidth only.
+    A ValueError says what would work when nothing does.
+
+    A plan is immutable and depends only on these arguments: it is memoised on them (the
+    published-run checks of the tests and of the how-to page share one computation).
     """
+    args = (model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+            gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+            max_interleave, tuple(layout.items()) if isinstance(layout, dict) else layout,
+            latency)
+    try:
+        hash(args)
+    except TypeError:  # an unhashable argument: no memo, the checks below say what is wrong
+        return _plan(*args)
+    return _memo(*args)
+
+
+@lru_cache(maxsize=64, typed=True)  # typed: 1, 1.0 and True are different inputs
+def _memo(*args) -> Plan:
+    return _plan(*args)
+
+
+def _plan(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+          gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+          max_interleave, layout, latency) -> Plan:
+    """:func:`plan`, not memoised."""
     if isinstance(model, str):
         model = preset(model)
     if not isinstance(model, ModelShape):
@@ -500,6 +606,8 @@ def plan(
         raise ValueError(f"achievable must be a fraction in (0, 1], got {achievable!r}")
     if not isinstance(overlap, Overlap):
         raise ValueError(f"overlap must be an Overlap, got {overlap!r}")
+    if latency is not None and not isinstance(latency, RingLatency):
+        raise ValueError(f"latency must be a RingLatency (e.g. NCCL_RING) or None, got {latency!r}")
     max_v = positive_int("max_interleave", max_interleave)
     if model.max_positions and s > model.max_positions:
         raise ValueError(f"seq_len {s} is longer than the {model.max_positions} positions "
@@ -530,7 +638,7 @@ def plan(
                                         "invalid: " + "; ".join(problems)))
             continue
         winner = _search_grid(model, lay, s, B, stages, attention, max_v, fsdp, t0, device, gpu,
-                              node, achievable, nvlink, network, overlap, candidates)
+                              node, achievable, nvlink, network, overlap, candidates, latency)
         if winner is not None:
             winners.append(winner)
     winners.sort(key=_rank_key)
@@ -541,11 +649,11 @@ def plan(
     if wanted is not None:
         user = _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, node,
                            achievable, nvlink, network, overlap, n, ranking, tp_across_nodes,
-                           cp_across_nodes)
+                           cp_across_nodes, latency)
     if not ranking:
         raise ValueError(_nothing_fits(model, n, s, B, gpu, device, candidates, node, attention))
     return Plan(model, gpu, n, node, s, B, t0, device.memory, float(achievable), float(nvlink),
-                float(network), overlap, ranking, tuple(candidates), user, probe.assumed)
+                float(network), overlap, ranking, tuple(candidates), user, probe.assumed, latency)
 
 
 def _rate(name: str, value: float) -> float:
@@ -559,7 +667,8 @@ def _rank_key(c: Candidate):
 
 
 def _search_grid(model, lay, s, B, stages, attention, max_v, fsdp, t0, device, gpu, node,
-                 achievable, nvlink, network, overlap, out: list[Candidate]) -> Candidate | None:
+                 achievable, nvlink, network, overlap, out: list[Candidate],
+                 latency: RingLatency | None = None) -> Candidate | None:
     """Time every setting of one grid, then check memory fastest first until one fits."""
     settings, pruned = _settings(model, lay, B, stages, attention, max_v, fsdp)
     for (v, z, rc, b), why in pruned:
@@ -569,7 +678,8 @@ def _search_grid(model, lay, s, B, stages, attention, max_v, fsdp, t0, device, g
         lv = replace(lay, v=v)
         t = step_time(model, lv, seq_len=s, global_batch=B, micro_batch=b, zero_stage=z,
                       recompute=rc, recipe=t0.recipe, gpu=gpu, node_gpus=node,
-                      achievable=achievable, nvlink=nvlink, network=network, overlap=overlap)
+                      achievable=achievable, nvlink=nvlink, network=network, overlap=overlap,
+                      latency=latency)
         # ties: less memory first (higher ZeRO stage, more recomputation, smaller b)
         timed.append((t.total, -z, -_RECOMPUTE_MEMORY[rc], b, v, lv, z, rc, t))
     timed.sort(key=lambda x: x[:5])
@@ -588,8 +698,7 @@ def _search_grid(model, lay, s, B, stages, attention, max_v, fsdp, t0, device, g
                                  f"does not fit: needs at least the memory of ZeRO-{fz}, "
                                  f"recompute {frc}, b {fb}, which does not fit", t))
             continue
-        e = _estimate(model, lv, s, b, B, z, rc, t0, device)
-        peak = e.peak.bytes
+        peak = _estimate(model, lv, s, b, B, z, rc, t0, device).bytes
         if peak > device.memory:
             failed.append((v, z, rc, b))
             out.append(Candidate(lv, z, rc, b, "dropped",
@@ -611,12 +720,15 @@ def _scored(model, lay, z, rc, b, t, peak, s, B, gpu, status, reason) -> Candida
 
 @lru_cache(maxsize=8192)
 def _estimate(model, lay, s, b, B, z, rc, t0, device):
+    """The step's peak of ``estimate(run)`` (:class:`~trainmath.peak.StepPeak`) for one setting:
+    only the pipeline stages that can hold the peak are built."""
     training = replace(t0, zero_stage=z, recompute=rc)
-    return estimate(Run(model, training, lay, Batch(s, b, B), device))
+    return _peak(Run(model, training, lay, Batch(s, b, B), device))
 
 
 def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, node, achievable,
-                nvlink, network, overlap, n, ranking, tp_across, cp_across) -> Candidate:
+                nvlink, network, overlap, n, ranking, tp_across, cp_across,
+                latency=None) -> Candidate:
     """The user's layout, with its fastest fitting setting unless the setting is given."""
     dp, tp = wanted.get("dp", 1), wanted.get("tp", 1)
     pp, cp = wanted.get("pp", 1), wanted.get("cp", 1)
@@ -645,8 +757,8 @@ def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, n
                     t = step_time(model, lv, seq_len=s, global_batch=B, micro_batch=b,
                                   zero_stage=z, recompute=rc, recipe=t0.recipe, gpu=gpu,
                                   node_gpus=node, achievable=achievable, nvlink=nvlink,
-                                  network=network, overlap=overlap)
-                    peak = _estimate(model, lv, s, b, B, z, rc, t0, device).peak.bytes
+                                  network=network, overlap=overlap, latency=latency)
+                    peak = _estimate(model, lv, s, b, B, z, rc, t0, device).bytes
                     if best is None or (peak <= device.memory, -t.total) > best[0]:
                         best = ((peak <= device.memory, -t.total), lv, z, rc, b, t, peak)
     _, lv, z, rc, b, t, peak = best

@@ -51,6 +51,7 @@ import json
 import math
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
+from typing import Sequence
 
 from .activations import (IMPLEMENTATIONS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES,
                           FP32_BYTES, LayerActivations, StageActivations, _in_flight, _input,
@@ -768,25 +769,57 @@ def estimate(run: Run) -> Estimate:
     if batch.global_batch is not None:
         m = _microbatches(batch.global_batch, lay.dp, batch.micro_batch)
         bubble = _bubble(lay.pp, m, lay.v)
-    layer = None
-    stage_acts: tuple[StageActivations | None, ...] = (None,) * lay.pp
-    acts = (Bytes(0),) * lay.pp
-    if batch.seq_len is not None:
-        layer, stage_acts = _activations(shape, lay, t, r, batch, m)
-        acts = tuple(a.total for a in stage_acts)
-    stages = _device_memory(shape, lay, t.zero_stage, per, acts)
-    fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
-    if fsdp2:  # FSDP2's exact shards of rank 0, the fullest, padding included
-        stages = (_fsdp2_device(shape, lay, t, stages[0]),)
-    inputs = [_offloaded_inputs(_stage_inputs(run, r, per, d, a, fsdp2), t.offload)
-              for d, a in zip(stages, stage_acts)]
-    peaks = [_step_peak(i) for i in inputs]
-    top = max(range(len(peaks)), key=lambda i: (peaks[i].bytes, -i))
+    layer, acts_of, devices, inputs, peaks, top = _stages(run, r, per, m, every_stage=True)
+    stage_acts = tuple(acts_of.values())
+    stages = tuple(devices.values())
     moved = [_offloaded(d, r, t.offload) for d in stages]
     stages = tuple(d for d, _ in moved)
     device = fullest(stages)
     return Estimate(run, stages, device, layer, m, bubble, peaks[top], top, stage_acts,
                     inputs[top].gathered, moved[device.stage][1], _time(run))
+
+
+def _stages(run: Run, r: Recipe, per: BytesPerParam, m: int | None, every_stage: bool):
+    """Each stage's activations and memory, and the step's moments of the stages that can be
+    the fullest: (layer, activations by stage, DeviceMemory by stage, StepInputs and StepPeak
+    by stage, the fullest stage). ``every_stage`` False: only the stages that can be the
+    fullest (the planner asks only for the peak).
+
+    The moments are built for the first stage, the second (the fullest of the middle stages)
+    and the last: a middle stage differs from the second only by holding fewer micro-batches
+    in flight (fewer activations, and no moment of its step larger), so it is never the sole
+    fullest, and ties go to the earliest stage.
+    """
+    lay, t, batch, shape = run.layout, run.training, run.batch, run.shape
+    pp = lay.pp
+    peaked = sorted({0, min(1, pp - 1), pp - 1})
+    wanted = list(range(pp)) if every_stage else peaked
+    layer = None
+    acts_of: dict[int, StageActivations | None] = dict.fromkeys(wanted)
+    if batch.seq_len is not None:
+        layer, acts_of = _activations(shape, lay, t, r, batch, m, wanted)
+    acts = [Bytes(0) if a is None else a.total for a in acts_of.values()]
+    devices = dict(zip(wanted, _device_memory(shape, lay, t.zero_stage, per, acts, wanted)))
+    fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
+    if fsdp2:  # FSDP2's exact shards of rank 0, the fullest, padding included
+        devices = {0: _fsdp2_device(shape, lay, t, devices[0])}
+    inputs = {i: _offloaded_inputs(_stage_inputs(run, r, per, devices[i], acts_of[i], fsdp2),
+                                   t.offload)
+              for i in peaked if i in devices}
+    peaks = {i: _step_peak(v) for i, v in inputs.items()}
+    top = max(peaks, key=lambda i: (peaks[i].bytes, -i))
+    return layer, acts_of, devices, inputs, peaks, top
+
+
+def _peak(run: Run) -> StepPeak:
+    """``estimate(run).peak`` for a run with a model shape, without the stages that cannot
+    hold it (the planner's question)."""
+    t, batch, lay = run.training, run.batch, run.layout
+    m = None if batch.global_batch is None else _microbatches(batch.global_batch, lay.dp,
+                                                              batch.micro_batch)
+    r = recipe(t.recipe)
+    *_, peaks, top = _stages(run, r, bytes_per_param(t.recipe, t.optimizer), m, every_stage=False)
+    return peaks[top]
 
 
 def _offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, Bytes]:
@@ -850,8 +883,10 @@ def _time(run: Run) -> TrainingTime | None:
 
 
 def _activations(shape: ModelShape, lay: Layout, t: Training, r: Recipe, batch: Batch,
-                 m: int | None) -> tuple[LayerActivations, tuple[StageActivations, ...]]:
-    """One layer's saved tensors, and the activations on one device of each stage."""
+                 m: int | None, stages: Sequence[int] | None = None
+                 ) -> tuple[LayerActivations, dict[int, StageActivations]]:
+    """One layer's saved tensors, and the activations on one device of each stage (of
+    ``stages``, default all), by stage."""
     family = implementation(t.implementation).family
     split = (shape, batch.seq_len, batch.micro_batch, lay.tp, lay.sequence_parallel, lay.cp)
     layer = _layer(*split, t.recompute, t.attention, r.compute, MASK_BYTES, STAT_BYTES,
@@ -860,11 +895,11 @@ def _activations(shape: ModelShape, lay: Layout, t: Training, r: Recipe, batch: 
     output = _output(*split, r.compute, STAT_BYTES, family, r.autocast)
     rotary = _rotary(shape, batch.seq_len, lay.cp, r.compute, r.autocast)
     pp = lay.pp
-    stage_acts = tuple(
-        _stage(shape, layer, embedding if i == 0 else None, output if i == pp - 1 else None, pp, m,
-               _in_flight(pp, lay.v, m, i), rotary, lay.v)
-        for i in range(pp)
-    )
+    stage_acts = {
+        i: _stage(shape, layer, embedding if i == 0 else None, output if i == pp - 1 else None,
+                  pp, m, _in_flight(pp, lay.v, m, i), rotary, lay.v)
+        for i in (range(pp) if stages is None else stages)
+    }
     return layer, stage_acts
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from .collectives import ring_all_reduce_factor, ring_gather_factor
 from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
@@ -87,6 +88,7 @@ def zero_states(
     return _zero_states(psi, n, s, bytes_per_param(precision, optimizer_name))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each setting of a layout
 def _zero_states(psi: int, n: int, stage: int, per: BytesPerParam) -> ShardedState:
     """:func:`zero_states` on checked inputs, from the bytes per parameter ``per``."""
 
@@ -351,6 +353,7 @@ def zero_traffic(
                          positive_int("grad_bytes", grad_bytes))
 
 
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each recomputation and interleave
 def _zero_traffic(psi: int, n: int, stage: int, m: int, w: int, g: int) -> StepTraffic:
     """:func:`zero_traffic` on checked inputs."""
     zero = Bytes(0)
