@@ -272,3 +272,27 @@ def test_latency_moves_the_llama_3_ranking_toward_the_published_pipeline():
     assert p.to_dict()["inputs"]["latency"] is None
     with pytest.raises(ValueError, match="latency must be a RingLatency"):
         plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64, latency=1e-6)
+
+
+# -- mixture of experts: expert parallelism within the data-parallel group --------------------------
+def test_mixture_of_experts_plans_expert_parallelism():
+    """Mixtral-8x7B (8 experts, Jiang et al. 2024) on 64 H100s: ep is tried wherever it divides
+    dp and the expert count, adds no GPUs, and its all-to-all is timed."""
+    m = preset("mixtral-8x7b")
+    p = plan(m, gpu="h100-sxm", gpus=64, seq_len=4096, global_batch=256)
+    tried = {c.layout.ep for c in p.candidates}
+    assert tried == {1, 2, 4, 8}
+    for c in p.candidates:
+        lay = c.layout
+        assert lay.dp % lay.ep == 0 and m.experts % lay.ep == 0
+        assert lay.dp * lay.tp * lay.pp * lay.cp == 64
+    expert_parallel = [c for c in p.ranking if c.layout.ep > 1]
+    assert expert_parallel and all(c.time.ep > 0 for c in expert_parallel)
+    assert all(c.time.ep == 0 for c in p.ranking if c.layout.ep == 1)
+    row = p.ranking[0].to_dict()
+    assert row["ep"] == p.ranking[0].layout.ep and "ep" in row["time"]
+
+
+def test_dense_models_plan_no_expert_parallelism():
+    assert {c.layout.ep for c in plan(preset("llama-3-8b"), gpu="h100-sxm", gpus=16, seq_len=4096,
+                                      global_batch=64).candidates} == {1}

@@ -615,7 +615,7 @@ def _add_plan_parser(sub, model_group) -> None:
     out = pl.add_argument_group("output")
     out.add_argument("--top", type=_positive, default=10, help="rows of the table (default 10)")
     out.add_argument("--layout", metavar="SPEC",
-                     help="score your layout, e.g. dp=16,tp=8,pp=4 (also v, zero, recompute, b)")
+                     help="score your layout, e.g. dp=16,tp=8,pp=4 (also ep, v, zero, recompute, b)")
     out.add_argument("--explain", action="store_true", help="why each runner-up lost to the best")
     out.add_argument("--json", action="store_true", help="one JSON object: every layout considered")
 
@@ -646,6 +646,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
     """The plan as a table: the fastest layouts that fit, and the assumptions behind the times."""
     t = p.training
     kept = len(p.ranking)
+    moe = p.model.experts > 1  # an expert-parallel column for a mixture of experts
     lines = [f"{p.model.name} on {p.gpus} {compute.gpu(p.gpu).name} ({p.node_gpus} per node), "
              f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
              f"{t.implementation} kernels",
@@ -658,7 +659,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
                 f"{p.latency.nvlink * 1e6:g} µs (NVLink), {p.latency.network * 1e6:g} µs "
                 "(network), NCCL's ring model"),
              f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
-             f" rank  dp   tp  pp  cp   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
+             f" rank  dp   tp  pp  cp{'  ep' if moe else ''}   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
     rows = list(p.ranking[:top])
     if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
         rows.append(p.user)
@@ -672,7 +673,8 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
         limit = "" if c.time is None else c.time.limit
         if c.status != "kept":
             limit = "does not fit"
-        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3} {lay.v:>3} "
+        ep = f" {lay.ep:>3}" if moe else ""
+        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3}{ep} {lay.v:>3} "
                      f"{c.zero_stage:>5}  {c.recompute:<9} {c.micro_batch:>2} {peak:>9} "
                      f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
     if p.user is not None:

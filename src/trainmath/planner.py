@@ -171,8 +171,10 @@ class StepTime:
     """Predicted seconds of one optimizer step, by what takes them.
 
     ``compute`` is the hardware FLOPs at the achievable rate; ``bubble`` the pipeline's idle
-    time; ``tp``, ``cp``, ``pp`` and ``dp`` the part of each kind of traffic that the compute
-    does not hide. ``recompute`` is the part of ``compute`` spent rerunning the forward.
+    time; ``tp``, ``cp``, ``pp``, ``dp`` and ``ep`` the part of each kind of traffic that the
+    compute does not hide (``ep``, a mixture of experts' all-to-all, is never hidden: the
+    experts wait for their tokens). ``recompute`` is the part of ``compute`` spent rerunning
+    the forward.
     """
 
     compute: float
@@ -182,16 +184,17 @@ class StepTime:
     cp: float
     pp: float
     dp: float
+    ep: float = 0.0
 
     @property
     def total(self) -> float:
         """Seconds per step: every part together."""
-        return self.compute + self.bubble + self.tp + self.cp + self.pp + self.dp
+        return self.compute + self.bubble + self.tp + self.cp + self.pp + self.dp + self.ep
 
     def overheads(self) -> dict[str, float]:
         """Seconds beyond the model's own FLOPs, by cause."""
         return {"recompute": self.recompute, "bubble": self.bubble, "tp comm": self.tp,
-                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp}
+                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep}
 
     @property
     def limit(self) -> str:
@@ -202,13 +205,19 @@ class StepTime:
         return f"{name} {seconds / self.total:.0%}"
 
 
-def ep_candidates(model: ModelShape, gpus: int) -> tuple[int, ...]:
-    """Expert-parallel degrees to try: (1,) for a dense model.
+def ep_candidates(model: ModelShape, dp: int) -> tuple[int, ...]:
+    """Expert-parallel degrees to try with ``dp`` data-parallel ranks: (1,) for a dense model;
+    for a mixture of experts every common divisor of dp and the expert count (expert
+    parallelism runs inside the data-parallel group and adds no GPUs, as in Megatron-Core:
+    :class:`trainmath.parallelism.Layout`).
 
-    The hook where a mixture-of-experts shape lists the divisors of its expert count; the
-    planner multiplies the grid by each (none today).
+    >>> from trainmath.models import preset
+    >>> ep_candidates(preset("mixtral-8x7b"), 16), ep_candidates(preset("llama-3-8b"), 16)
+    ((1, 2, 4, 8), (1,))
     """
-    return (1,)
+    if model.experts <= 1:
+        return (1,)
+    return tuple(d for d in _divisors(dp) if model.experts % d == 0)
 
 
 def _divisors(n: int) -> list[int]:
@@ -244,7 +253,7 @@ class Candidate:
 
     @property
     def grid(self) -> tuple[int, int, int, int]:
-        """(dp, tp, pp, cp)."""
+        """(dp, tp, pp, cp); the expert-parallel size ``layout.ep`` is a setting within it."""
         lay = self.layout
         return lay.dp, lay.tp, lay.pp, lay.cp
 
@@ -257,6 +266,8 @@ class Candidate:
         """``"dp 16 × tp 8 × pp 4 × cp 1, v 5, ZeRO-1, recompute none, b 1"``."""
         lay = self.layout
         text = f"dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}"
+        if lay.ep > 1:
+            text += f" (ep {lay.ep})"
         if self.zero_stage is None:
             return text
         if lay.v > 1:
@@ -267,7 +278,7 @@ class Candidate:
         """This candidate as the JSON of ``trainmath plan --json`` lists it."""
         lay, t = self.layout, self.time
         return {
-            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": 1, "v": lay.v,
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "v": lay.v,
             "sequence_parallel": lay.sequence_parallel, "zero": self.zero_stage,
             "recompute": self.recompute, "micro_batch": self.micro_batch,
             "status": self.status, "reason": self.reason, "rank": self.rank,
@@ -275,7 +286,7 @@ class Candidate:
             "step_seconds": None if t is None else t.total,
             "time": None if t is None else {
                 "compute": t.compute, "recompute": t.recompute, "bubble": t.bubble,
-                "tp": t.tp, "cp": t.cp, "pp": t.pp, "dp": t.dp},
+                "tp": t.tp, "cp": t.cp, "pp": t.pp, "dp": t.dp, "ep": t.ep},
             "mfu": self.mfu, "tokens_per_second": self.tokens_per_second,
             "limit": None if t is None else t.limit,
         }
@@ -426,12 +437,13 @@ def _settings(model: ModelShape, lay: Layout, B: int, stages: tuple[int, ...], a
 
 @lru_cache(maxsize=4096)
 def _traffic(model: ModelShape, lay: Layout, s: int, b: int, B: int, z: int, recipe_name: str,
-             rc: str) -> tuple[Bytes, Bytes, Bytes, Bytes]:
+             rc: str) -> tuple[Bytes, Bytes, Bytes, Bytes, Bytes]:
     r = _recipe(recipe_name)
     c = communication(model, lay, seq_len=s, micro_batch=b, global_batch=B, zero_stage=z,
                       precision=recipe_name, activation_bytes=r.compute,
                       grad_bytes=r.reduce_bytes or r.gradients, recompute=rc)
-    return c.data_parallel, c.tensor_parallel, c.pipeline_parallel, c.context_parallel
+    return (c.data_parallel, c.tensor_parallel, c.pipeline_parallel, c.context_parallel,
+            c.expert_parallel)
 
 
 def _exposed(seconds: float, overlap: float, window: float) -> float:
@@ -459,7 +471,7 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
     rate = lay.gpus * achievable * peak
     compute = B * s * f.hardware / rate
     extra = B * s * (f.hardware - f.model) / rate
-    dp_b, tp_b, pp_b, cp_b = _traffic(model, lay, s, b, B, zero_stage, recipe, recompute)
+    dp_b, tp_b, pp_b, cp_b, ep_b = _traffic(model, lay, s, b, B, zero_stage, recipe, recompute)
 
     def link(span: int) -> float:
         return nvlink if span <= node_gpus else network
@@ -471,8 +483,11 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
     cp_t = _exposed(cp_b.n / link(lay.tp * lay.cp) + lat[3], overlap.cp, compute)
     pp_t = _exposed(pp_b.n / link(lay.gpus) + lat[2], overlap.pp, compute)
     dp_t = _exposed(dp_b.n / link(lay.tp * lay.cp * lay.dp) + lat[0], overlap.dp, compute)
-    bubble = float(_bubble(lay.pp, m, lay.v)) * (compute + tp_t + cp_t + pp_t)
-    return StepTime(compute, extra, bubble, float(tp_t), float(cp_t), float(pp_t), float(dp_t))
+    # the all-to-all: ep ranks spaced tp·cp apart inside the data-parallel group
+    ep_t = ep_b.n / link(lay.tp * lay.cp * lay.ep) if lay.ep > 1 else 0.0
+    bubble = float(_bubble(lay.pp, m, lay.v)) * (compute + tp_t + cp_t + pp_t + ep_t)
+    return StepTime(compute, extra, bubble, float(tp_t), float(cp_t), float(pp_t), float(dp_t),
+                    float(ep_t))
 
 
 def _latencies(model: ModelShape, lay: Layout, m: int, zero_stage: int, recompute: str,
@@ -515,7 +530,7 @@ def _latencies(model: ModelShape, lay: Layout, m: int, zero_stage: int, recomput
 
 def _parse_layout(text: str) -> dict[str, int]:
     """``"dp=16,tp=8,pp=4"`` (also v, zero, recompute, b) as a dict of the given keys."""
-    allowed = ("dp", "tp", "pp", "cp", "v", "zero", "b", "recompute")
+    allowed = ("dp", "tp", "pp", "cp", "ep", "v", "zero", "b", "recompute")
     out: dict = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = part.partition("=")
@@ -626,9 +641,9 @@ def _plan(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementa
 
     candidates: list[Candidate] = []
     winners: list[Candidate] = []
-    grids = [g for ep in ep_candidates(model, n) for g in _grids(n // ep)]
-    for dp, tp, pp, cp in grids:
-        lay = Layout(dp, tp, pp, cp, 1, tp > 1)
+    grids = [(g, ep) for g in _grids(n) for ep in ep_candidates(model, g[0])]
+    for (dp, tp, pp, cp), ep in grids:
+        lay = Layout(dp, tp, pp, cp, 1, tp > 1, ep)
         problems = _grid_problems(model, dp, tp, pp, cp, s, B, node, tp_across_nodes,
                                   cp_across_nodes, attention)
         if fsdp and pp > 1:
@@ -732,7 +747,7 @@ def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, n
     """The user's layout, with its fastest fitting setting unless the setting is given."""
     dp, tp = wanted.get("dp", 1), wanted.get("tp", 1)
     pp, cp = wanted.get("pp", 1), wanted.get("cp", 1)
-    lay = Layout(dp, tp, pp, cp, wanted.get("v", 1), tp > 1)
+    lay = Layout(dp, tp, pp, cp, wanted.get("v", 1), tp > 1, wanted.get("ep", 1))
     if lay.gpus != n:
         raise ValueError(f"layout {lay.describe()} does not use the {n} GPUs planned for; "
                          f"accepted: dp × tp × pp × cp = {n}")
@@ -742,7 +757,7 @@ def _score_user(model, wanted, s, B, stages, attention, fsdp, t0, device, gpu, n
     given = [k for k in ("v", "zero", "recompute", "b") if k in wanted]
     if not given:
         for c in ranking:
-            if c.grid == (dp, tp, pp, cp):
+            if c.grid == (dp, tp, pp, cp) and ("ep" not in wanted or c.layout.ep == lay.ep):
                 return replace(c, reason=f"your layout: rank {c.rank} of {len(ranking)}")
     zs = [wanted["zero"]] if "zero" in wanted else list(stages)
     rcs = [wanted["recompute"]] if "recompute" in wanted else ["none", "selective", "full"]
