@@ -385,3 +385,19 @@ def test_time_to_train_uses_the_run_s_gpus_and_the_recipe_s_peak():
     assert e.time.flops_per_token == per_token and e.time.gpus == 128
     assert e.time.seconds == pytest.approx(15e12 * per_token / (0.4 * 128 * 989.4e12), rel=1e-12)
     assert e.to_dict()["time"]["gpu_hours"] == pytest.approx(e.time.seconds * 128 / 3600)
+
+
+def test_fp8_weight_cache_is_in_the_peak():
+    """fp8-te (Transformer Engine): every decoder-layer matrix cached in fp8 and transposed, 2
+    bytes a weight, in the step's peak. Llama-3-8B's published config: hidden 4096, 8 kv heads
+    of 128, MLP 14336, 32 layers."""
+    h, kv, f, L = 4096, 8 * 128, 14336, 32
+    matrices = L * (2 * h * h + 2 * h * kv + 3 * h * f)
+    for tp in (1, 2):
+        e = estimate(run("llama-3-8b", recipe="fp8-te", seq_len=4096, dp=8 // tp, tp=tp,
+                         zero_stage=1))
+        parts = dict(e.peak.peak.parts)
+        assert parts["fp8 weight copies"] == Bytes(2 * matrices // tp)
+        assert e.to_dict()["peak"]["parts"]["fp8_weight_copies"] == 2 * matrices // tp
+    plain = estimate(run("llama-3-8b", recipe="megatron", seq_len=4096, dp=8, zero_stage=1))
+    assert "fp8 weight copies" not in dict(plain.peak.peak.parts)

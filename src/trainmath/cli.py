@@ -440,6 +440,10 @@ def render(est: Estimate) -> str:
     stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""
     lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
     lines.append(f"  at {top.when}")
+    cache = dict(top.parts).get("fp8 weight copies")
+    if cache is not None:
+        lines.append(row("  fp8 copies", cache) + "   (in the peak: each linear weight in "
+                     "fp8 and transposed, cached by Transformer Engine)")
     lines.extend(_gathered_lines(est, row))
     if est.gathered is None and t.zero_stage == 3 and shape is None:
         lines.append(f"  {'gathered units':<17}{'not counted':>12}   (needs a model shape: a "

@@ -185,16 +185,22 @@ RECIPES: dict[str, Recipe] = {
             "while the model states stay as Megatron-LM keeps them, bf16 parameters, an fp32 "
             "main_grad buffer, fp32 master weights and Adam: 18 bytes per parameter (Transformer "
             "Engine's FP8 primer: fp8 is a compute format, the master weights and optimizer stay "
-            "in higher precision). Not counted here: the fp8 copy of each linear weight that "
+            "in higher precision). The step's peak adds the fp8 copy of each linear weight that "
             "Transformer Engine casts once per step and caches across micro-batches, with its "
-            "transpose on Hopper (1 + 1 bytes per linear weight; TE docs, FP8 weight caching and "
-            "Handling transposes), and the fp8 inputs of the linear layers it saves for backward "
-            "in place of bf16 ones (the activations are counted in bf16, an upper bound)",
+            "transpose on Hopper (FP8_WEIGHT_CACHE_BYTES, 1 + 1 bytes per linear weight; TE "
+            "docs, FP8 weight caching and Handling transposes). Not counted: the fp8 inputs of "
+            "the linear layers it saves for backward in place of bf16 ones (the activations are "
+            "counted in bf16, an upper bound)",
             persistent_gradients=True, optimizer_impl="fused",
             framework="Megatron-LM with Transformer Engine", fp8_gemms=True,
         ),
     )
 }
+
+#: fp8 training (Transformer Engine): bytes per weight of a linear layer's cached fp8 copies, the
+#: weight in fp8 and, on Hopper, its transpose too (TE docs: FP8 weight caching across
+#: micro-batches; "Handling transposes"); counted in the step's peak for recipes with fp8_gemms
+FP8_WEIGHT_CACHE_BYTES = 2
 
 #: Other names for a recipe: the ZeRO paper's count is bf16-mixed (its paper uses fp16, the
 #: same bytes).

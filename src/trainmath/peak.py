@@ -183,6 +183,9 @@ class StepInputs:
     temporaries: Bytes
     layers: int
     gathered: GatheredUnits | None = None
+    #: fp8 training (Transformer Engine): the fp8 copy of every linear weight and its transpose,
+    #: cast at a step's first micro-batch and kept in the module between steps
+    fp8_weight_cache: Bytes = Bytes(0)
 
 
 def _step_peak(i: StepInputs) -> StepPeak:
@@ -191,6 +194,8 @@ def _step_peak(i: StepInputs) -> StepPeak:
     persistent = (("parameters", i.weights), ("master weights", i.master_weights),
                   ("optimizer states", i.optimizer_states), ("step counters", i.step_counters),
                   ("gradients", i.persistent_gradients))
+    if i.fp8_weight_cache.n:
+        persistent += (("fp8 weight copies", i.fp8_weight_cache),)
     g = i.gathered
     moments = []
 

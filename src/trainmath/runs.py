@@ -60,7 +60,8 @@ from .activations import (IMPLEMENTATIONS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KI
 from .compute import GPU_ALIASES, GPUS, Peak, flops_per_token, gpu as _accelerator, time_to_train
 from . import finetune as _ft
 from .finetune import Adapter
-from .memory import BytesPerParam, Recipe, bytes_per_param, optimizer, optimizer_impl, recipe
+from .memory import (FP8_WEIGHT_CACHE_BYTES, BytesPerParam, Recipe, bytes_per_param, optimizer,
+                     optimizer_impl, recipe)
 from .models import (CUSTOM_DEFAULTS, ModelShape, param_breakdown, param_count, param_shapes,
                      preset, trained_with)
 from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches,
@@ -981,9 +982,15 @@ def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
         logits = Bytes(FP32_BYTES * tokens * Fraction(V, tp)) if last else zero
     logits16 = logits * Fraction(r.compute, FP32_BYTES)
     gathered = _gathered(shape, lay, t, r, first, last, fsdp2) if z == 3 else None
+    # fp8 (Transformer Engine): each decoder layer's matrices, on this device, once in fp8 and
+    # once transposed (1 + 1 bytes a weight: TE's FP8 weight caching and "Handling transposes")
+    fp8_cache = zero
+    if r.fp8_gemms and d.params:
+        matrices = sum(x for x, s in zip(layer_tensors, shapes.layer) if len(s) > 1)
+        fp8_cache = Bytes(FP8_WEIGHT_CACHE_BYTES * matrices * (shape.layers // pp))
     return StepInputs(d.weights, d.master_weights, d.optimizer_states, counters, persistent,
                       backward, step, A, layer_A, out_A, logits, logits16, tied, temps,
-                      shape.layers // pp, gathered)
+                      shape.layers // pp, gathered, fp8_cache)
 
 
 def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: bool, last: bool,
