@@ -410,13 +410,14 @@ def calculate(command: str, values_json: str, parser: argparse.ArgumentParser | 
         "field": field_of(outcome.stderr, form) if outcome.status else None, "html": page})
 
 
-def form_values(argv: Sequence[str], parser: argparse.ArgumentParser | None = None
-                ) -> tuple[str, list[tuple[str, str]]]:
+def form_values(argv: Sequence[str], parser: argparse.ArgumentParser | None = None,
+                check: bool = True) -> tuple[str, list[tuple[str, str]]]:
     """The subcommand and form values (name, text) of a command line such as
     ``["estimate", "--model", "llama-3-8b", "--dp", "8"]``: the inverse of :func:`to_argv`,
-    for the page's example inputs. The command line must parse."""
+    for the page's example inputs. With ``check`` the command line must parse."""
     argv = [a for a in argv if a != "--json"]
-    cli.build_parser().parse_args([*argv]) if parser is None else parser.parse_args([*argv])
+    if check:
+        (parser or cli.build_parser()).parse_args([*argv])
     form = _form(argv[0], parser)
     by_flag = {}
     for g in form.groups:
