@@ -148,14 +148,16 @@ def form_html(form, values: dict[str, str], hidden: bool) -> str:
             "</section>")
 
 
-def calculator_html(examples: list[str]) -> str:
+def calculator_html(examples: list[str], parser=None) -> str:
+    """The page's markup: a tab per subcommand of ``parser`` (default: the command's), each
+    form filled with its example's values."""
     from trainmath.calculator import form_values, forms
 
     initial = {}
     for line in examples:
-        command, values = form_values(shlex.split(line))
+        command, values = form_values(shlex.split(line), parser)
         initial[command] = dict(values)
-    all_forms = forms()
+    all_forms = forms(parser)
     tabs = ""
     several = len(all_forms) > 1
     if several:

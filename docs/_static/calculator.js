@@ -47,7 +47,7 @@ if (root) {
 
   function fromHash() {
     const params = new URLSearchParams(location.hash.slice(1));
-    if (![...params.keys()].length) return null;
+    if (!params.has("cmd")) return null;  // not the inputs: an anchor in the page
     const command = params.get("cmd") || panels[0].dataset.command;
     params.delete("cmd");
     return { command, pairs: [...params] };

@@ -335,13 +335,22 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
     if inputs["assumed"]:
         head += f"; assumed: {_e(', '.join(inputs['assumed']).replace('_', ' '))}"
     head += ".</p>"
+    t = est.run.training
+    if inputs["seq_len"] is not None and inputs["shape"] is not None:
+        kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
+        head += (f"<p>Activations: s = {inputs['seq_len']}, b = {inputs['micro_batch']}, "
+                 f"recompute {_e(t.recompute)}, {_e(t.implementation)} kernels ({_e(t.attention)} "
+                 f"attention{_e(kernel)}).</p>")
+    if data["microbatches"] is not None:
+        head += (f"<p>Pipeline: m = {data['microbatches']} micro-batches per step, bubble "
+                 f"{data['pipeline_bubble']:.2%} of the ideal step (Narayanan et al. 2021).</p>")
     where = ""
     if inputs["pp"] > 1:
         where = f" (pipeline stage {data['pipeline_stage']}, the fullest)"
     rows = []
     for key, label in _ROWS:
         n = per[key]
-        link = f'<a href="#{_slug(label)}">{_e(label)}</a>'
+        link = _e(label)  # its arithmetic is below, under "Show the arithmetic"
         if n is None:
             why = "needs a model shape" if inputs["shape"] is None else "needs --seq-len"
             rows.append(f"<tr><th scope=\"row\">{link}</th><td colspan=\"2\">not counted ({why})"
@@ -351,8 +360,8 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
                         "</tr>")
     peak = data["peak"]
     stage = f" on stage {peak['pipeline_stage']}" if inputs["pp"] > 1 else ""
-    rows.append(f'<tr class="tm-calc-peak"><th scope="row"><a href="#{_slug("peak of a step")}">'
-                f'peak of a step</a></th><td>{_gb(peak["bytes"])}</td><td>{_gib(peak["bytes"])}'
+    rows.append(f'<tr class="tm-calc-peak"><th scope="row">'
+                f'peak of a step</th><td>{_gb(peak["bytes"])}</td><td>{_gib(peak["bytes"])}'
                 "</td></tr>")
     table = (f'<table class="tm-calc-table"><caption>Per device{_e(where)}</caption><thead><tr>'
              '<th scope="col">memory</th><th scope="col">GB</th><th scope="col">GiB</th></tr>'

@@ -281,9 +281,9 @@ def test_result_accessible(calculator, base, axe_source, theme, width, height, t
     shots.mkdir(exist_ok=True)
     assert driver.execute_script("return document.body.dataset.theme") == theme
     driver.save_screenshot(str(shots / f"{theme}-{width}-form.png"))
-    driver.execute_script("document.querySelector('.tm-calc-result').scrollIntoView()")
+    driver.execute_script("document.querySelector('.tm-calc-result').scrollIntoView({behavior: \"instant\"})")
     driver.save_screenshot(str(shots / f"{theme}-{width}-result.png"))
-    driver.execute_script("document.querySelector('.tm-calc-terms').scrollIntoView()")
+    driver.execute_script("document.querySelector('.tm-calc-terms').scrollIntoView({behavior: \"instant\"})")
     driver.save_screenshot(str(shots / f"{theme}-{width}-arithmetic.png"))
     bad = [v for v in run_axe(driver, axe_source) if v["impact"] in IMPACTS]
     assert not bad, [(v["id"], v["nodes"]) for v in bad]
@@ -291,7 +291,7 @@ def test_result_accessible(calculator, base, axe_source, theme, width, height, t
         assert driver.execute_script(SIDEWAYS) is None
     # and with an error shown
     fill(driver, BAD[0][0])
-    driver.execute_script("document.querySelector('[aria-invalid]').scrollIntoView()")
+    driver.execute_script("document.querySelector('[aria-invalid]').scrollIntoView({behavior: \"instant\"})")
     driver.save_screenshot(str(shots / f"{theme}-{width}-error.png"))
     bad = [v for v in run_axe(driver, axe_source) if v["impact"] in IMPACTS]
     assert not bad, [(v["id"], v["nodes"]) for v in bad]
