@@ -271,8 +271,8 @@ def test_result_accessible(calculator, base, axe_source, theme, width, height, t
 
     driver, _, _ = calculator
     check_claims.set_viewport(driver, width, height)
-    driver.execute_script(f"localStorage.setItem('theme', '{theme}')")
-    driver.get(base + "index.html")  # a new document: furo reads the theme as it starts
+    driver.get(base + "index.html")  # this origin's storage, then a new document: furo reads
+    driver.execute_script(f"localStorage.setItem('theme', '{theme}')")  # the theme as it starts
     open_page(driver, base + PAGE + "#cmd=estimate&model=llama-3-70b&seq-len=4096&dp=4&tp=8"
               "&pp=4&interleave=5&sequence-parallel=on&global-batch=64&gpu=h100-sxm")
     driver.execute_script("for (const d of document.querySelectorAll('#tm-calculator details')) "
