@@ -98,6 +98,9 @@ def _state(name: str, per_param: int | Fraction, params: int, n: int, sharded: b
         formula = f"P × {symbol} ÷ n"
         arithmetic = f"{params:,} × {_num(per_param)} B ÷ {n} = {_b(got)}"
     else:
+        if n > 1:
+            inputs.append(("n", f"ZeRO group dp·cp: {n}, not dividing this: stage {zero_stage} "
+                                f"shards it only from stage {shards_from}"))
         formula = f"P × {symbol}"
         arithmetic = f"{params:,} × {_num(per_param)} B = {_b(got)}"
     note = ""
