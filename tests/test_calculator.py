@@ -112,7 +112,8 @@ def test_a_new_subcommand_gets_its_own_form(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = to_argv("plan", [("config", '{"hidden_size": 8}'), ("stages", "1 3"), ("gpus", "8")],
                    parser)
-    assert argv == ["plan", "--config", "config.json", "--stages", "1", "3", "8", "--json"]
+    # no --json: this planner has none (the calculator passes it only where there is one)
+    assert argv == ["plan", "--config", "config.json", "--stages", "1", "3", "8"]
     assert (tmp_path / "config.json").read_text() == '{"hidden_size": 8}'
 
 

@@ -88,6 +88,8 @@ class Form:
     command: str
     help: str
     groups: tuple[Group, ...]
+    #: whether the subcommand has ``--json`` (the calculator then always passes it)
+    json: bool = True
 
     def field(self, name: str) -> Field:
         """The field called ``name`` (its long option without dashes)."""
@@ -147,7 +149,8 @@ def forms(parser: argparse.ArgumentParser | None = None) -> tuple[Form, ...]:
                 title = g.title if g.title not in ("options", "optional arguments",
                                                    "positional arguments") else "options"
                 groups.append(Group(title, fields))
-        out.append(Form(name, help_text or sub.description or "", tuple(groups)))
+        has_json = any("--json" in a.option_strings for a in sub._actions)
+        out.append(Form(name, help_text or sub.description or "", tuple(groups), has_json))
     return tuple(out)
 
 
@@ -168,7 +171,8 @@ def file_name(field: Field) -> str:
 def to_argv(command: str, values: Sequence[tuple[str, str]],
             parser: argparse.ArgumentParser | None = None,
             write: Callable[[str, str], None] | None = None) -> list[str]:
-    """The command line the form's ``values`` (name, text) give, with ``--json``; an empty
+    """The command line the form's ``values`` (name, text) give, with ``--json`` where the
+    subcommand has it; an empty
     value is left out (the command's default). A "file" field's text goes to ``write(name,
     text)`` (default: a file in the working directory, :func:`file_name`) and the option gets
     the file's name."""
@@ -196,7 +200,7 @@ def to_argv(command: str, values: Sequence[tuple[str, str]],
             argv += [f.flag, *text.split()]
         else:
             argv += [f.flag, text]
-    return argv + positional + ["--json"]
+    return argv + positional + (["--json"] if form.json else [])
 
 
 def _write(path: str, text: str) -> None:
@@ -247,9 +251,6 @@ def field_of(message: str, form: Form) -> str | None:
 
 
 # -- output ---------------------------------------------------------------------------------------
-_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("master_weights", "master weights"),
-         ("optimizer_states", "optimizer states"), ("activations", "activations"),
-         ("total", "total"))
 #: The colour (a trainmath.plots palette name) of each kind alive at the peak.
 COLORS = {"parameters": "blue", "weights": "blue", "gradients": "light-blue",
           "master weights": "orange", "optimizer states": "red", "activations": "green",
@@ -348,9 +349,9 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
     if inputs["pp"] > 1:
         where = f" (pipeline stage {data['pipeline_stage']}, the fullest)"
     rows = []
-    for key, label in _ROWS:
-        n = per[key]
-        link = _e(label)  # its arithmetic is below, under "Show the arithmetic"
+    for key, n in per.items():  # every kind the command reports, in its order
+        label = key.replace("_", " ")
+        link = _e(label)  # its arithmetic follows the table
         if n is None:
             why = "needs a model shape" if inputs["shape"] is None else "needs --seq-len"
             rows.append(f"<tr><th scope=\"row\">{link}</th><td colspan=\"2\">not counted ({why})"

@@ -5,7 +5,7 @@ figure ``trainmath estimate`` prints for the fullest device: the four kinds of m
 activations, their total, the step's peak and, with a GPU, whether it fits. Each term carries
 its formula in symbols, the values of the symbols for this run, the arithmetic written out, the
 result, the source of the formula, and a link to the page of this site that explains it. The
-calculator page shows them under "show the arithmetic"; nothing there is computed outside the
+calculator page shows them, one per figure; nothing there is computed outside the
 library.
 
 The model states follow Rajbhandari et al. 2020 (ZeRO, §5.1-5.3): P parameters on the device
