@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from docutils import nodes
@@ -61,9 +62,17 @@ def build_wheel() -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--disable-pip-version-check", "--wheel-dir",
-                    str(folder), str(ROOT)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    # From a copy of what the wheel is made of: setuptools' build/ scratch folder in the
+    # repository could hold modules since deleted, and would end up in the wheel.
+    with tempfile.TemporaryDirectory(prefix="trainmath-wheel-") as tmp:
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (ROOT / name).exists():
+                shutil.copy2(ROOT / name, Path(tmp) / name)
+        shutil.copytree(ROOT / "src" / "trainmath", Path(tmp) / "src" / "trainmath",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        "--no-build-isolation", "--disable-pip-version-check", "--wheel-dir",
+                        str(folder), tmp], check=True, cwd=tmp, stdout=subprocess.DEVNULL)
     (wheel,) = folder.glob("trainmath-*.whl")
     return wheel
 
