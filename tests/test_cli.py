@@ -115,7 +115,7 @@ def test_parse_count(text):
         (["--params", "seven"], "'seven' is not a positive whole number of parameters"),
         (["--params", "7.5"], "'7.5' is not a positive whole number of parameters"),
         (["--model", "llama-9"], "argument --model: unknown model preset 'llama-9'; accepted: llama-2-7b, "),
-        (["--params", "7e9", "--precision", "fp8"], "argument --recipe/--precision: unknown recipe 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, zero-paper"),
+        (["--params", "7e9", "--precision", "fp8"], "argument --recipe/--precision: unknown recipe 'fp8'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, fp8-te, zero-paper"),
         (["--params", "7e9", "--optimizer", "lion"], "argument --optimizer: unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
         (["--params", "7e9", "--zero", "4"], "argument --zero: unknown ZeRO stage '4'; accepted: 0, 1, 2, 3"),
         (["--params", "7e9", "--zero", "one"], "argument --zero: unknown ZeRO stage 'one'; accepted: 0, 1, 2, 3"),
@@ -139,8 +139,33 @@ def test_parse_count(text):
         (["--params", "7e9", "--gpu-memory", "80"], "cannot read '80' as an amount of memory"),
         (["--params", "7e9", "--gpu-memory", "80 GiGs"], "unknown byte unit 'GiGs'"),
         (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
-        (["--params", "7e9", "--gpu", "h100-sxm", "--gpu-memory", "80GB"],
-         "--gpu h100-sxm and --gpu-memory 80 GB cannot be combined"),
+        (["--params", "7e9", "--offload", "cpu"],
+         "argument --offload: unknown offload 'cpu'; accepted: none, optimizer, params"),
+        (["--params", "7e9", "--offload", "optimizer", "--zero", "1"],
+         "offload 'optimizer' needs ZeRO stage 2 or 3 (ZeRO-Offload builds on ZeRO-2), got stage 1"),
+        (["--params", "7e9", "--offload", "params", "--zero", "2"],
+         "offload 'parameters' (params) needs ZeRO stage 3 (sharded parameters), got stage 2"),
+        (["--params", "7e9", "--offload", "optimizer", "--recipe", "fsdp2"],
+         "offload 'optimizer' with recipe 'fsdp2': FSDP2 has no optimizer-only offload"),
+        (["--params", "7e9", "--offload", "optimizer", "--recipe", "megatron", "--zero", "2"],
+         "offload 'optimizer' with recipe 'megatron' (Megatron-LM's persistent fp32 gradient buffer) is not modelled"),
+        (["--params", "7e9", "--overhead", "2"], "argument --overhead: cannot read '2' as an amount"),
+        (["--params", "7e9", "--overhead", "lots"], "argument --overhead: cannot read 'lots'"),
+        (["--params", "7e9", "--gpus-per-node", "0"],
+         "argument --gpus-per-node: '0' is not a positive whole number"),
+        (["--params", "7e9", "--tokens", "lots"],
+         "argument --tokens: 'lots' is not a positive whole number of tokens; accepted: e.g. 15T"),
+        (["--params", "7e9", "--mfu", "1.5"],
+         "argument --mfu: '1.5' is not an MFU; accepted: a fraction in (0, 1] such as 0.4, or 40%"),
+        (["--params", "7e9", "--mfu", "0"], "argument --mfu: '0' is not an MFU"),
+        (["--params", "7e9", "--tokens", "1T", "--gpu", "h100-sxm"],
+         "--tokens needs --mfu F as well: a time to train needs the tokens and the MFU assumed"),
+        (["--params", "7e9", "--mfu", "0.4", "--gpu", "h100-sxm"], "--mfu needs --tokens N as well"),
+        (["--params", "7e9", "--tokens", "1T", "--mfu", "0.4"],
+         "--tokens needs --gpu NAME for the GPU's peak FLOP/s; accepted: a100-sxm, h100-sxm, h200, "
+         "b200, a100-80gb"),
+        (["--params", "7e9", "--tokens", "1T", "--mfu", "0.4", "--gpu", "h100-sxm", "--recipe", "fp32"],
+         "recipe 'fp32' computes in fp32, which the GPU table has no peak for"),
         (["--params", "7e9", "--recompute", "some"], "argument --recompute: unknown recompute 'some'; accepted: none, selective, full"),
         (["--params", "7e9", "--bogus"], "unrecognized arguments: --bogus"),
         (["--model", "llama-2-7b", "--mlp", "relu"], "argument --mlp: unknown mlp 'relu'; accepted: gelu, swiglu"),
@@ -183,7 +208,7 @@ def test_recipe_and_implementation_reach_the_json(capsys):
     # measured in PyTorch, Hugging Face LlamaForCausalLM, eager attention, s 2048: 38,314,483,724
     # bytes saved for backward (docs/_data/measurements.json)
     assert d["per_device"]["activations"] == 38_314_483_724
-    assert set(d["peak"]) == {"bytes", "phase", "moment", "pipeline_stage", "parts"}
+    assert set(d["peak"]) == {"bytes", "phase", "moment", "pipeline_stage", "parts", "gathered"}
 
 
 def test_the_precision_flag_is_the_recipe_flag(capsys):
@@ -206,6 +231,159 @@ def test_help_names_the_new_flags(capsys):
         main(["estimate", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     for text in ("--recipe NAME, --precision NAME", "--implementation NAME", "--optimizer-impl IMPL",
-                 "bf16-master-free, amp, fsdp2, zero-paper", "megatron-te, megatron-eager, hf-sdpa, "
+                 "bf16-master-free, amp, fsdp2, fp8-te, zero-paper", "megatron-te, megatron-eager, hf-sdpa, "
                  "hf-eager", "fused, foreach, for-loop"):
         assert text in out, text
+
+
+# -- what the command adds to the memory: GPUs, ZeRO-3 units, overhead, offload, time ------------
+# Llama-3-8B's config.json: hidden 4096, 32 layers, 8 KV heads of 128, intermediate 14336,
+# vocabulary 128256, untied: one decoder layer holds 2·4096² (q, o) + 2·4096·1024 (k, v) +
+# 3·4096·14336 (MLP) + 2·4096 (norms) parameters, the LM head 128256·4096.
+LLAMA3_8B_LAYER = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+LLAMA3_8B_HEAD = 128256 * 4096
+README_RUN = ("--model", "llama-3-8b", "--seq-len", "8192", "--dp", "8", "--zero", "3")
+
+
+@pytest.mark.parametrize(("name", "mib"), [("a100-80gb", 81_920), ("a100-sxm", 81_920),
+                                           ("h100-sxm", 81_559), ("h200", 143_771),
+                                           ("b200", 183_359)])
+def test_gpu_names_take_the_memory_nvidia_smi_reports(capsys, name, mib):
+    """memory.total as nvidia-smi prints it for each GPU (public nvidia-smi outputs)."""
+    d = estimate_json(capsys, "--params", "7e9", "--gpu", name)
+    assert d["inputs"]["gpu_memory"] == mib * 2**20
+    assert d["inputs"]["gpu"] == ("a100-sxm" if name == "a100-80gb" else name)
+
+
+def test_gpu_memory_overrides_the_gpu_s_memory(capsys):
+    status, out, _ = run(capsys, "estimate", "--params", "7e9", "--gpu", "h100-sxm",
+                         "--gpu-memory", "80GB")
+    assert status == 0
+    assert "fits in one H100 SXM with 80 GB (--gpu-memory): no, 60.00 GB over at the peak" in out
+    d = estimate_json(capsys, "--params", "7e9", "--gpu", "h100-sxm", "--gpu-memory", "80GB")
+    assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 80 * GB)
+
+
+def test_zero3_on_an_h100_fits_with_its_gathered_units_shown(capsys):
+    """The issue's done-when: ZeRO-3 counts its gathered units, and --gpu h100-sxm answers with
+    the 81,559 MiB nvidia-smi reports. The peak is at the loss's gradient: one layer unit (the
+    next, prefetched) and the LM head gathered, both in bf16."""
+    status, out, _ = run(capsys, "estimate", *README_RUN, "--gpu", "h100-sxm")
+    assert status == 0
+    assert "fits in one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it): yes" in out
+    assert "  gathered units        1.49 GB      1.38 GiB   (in the peak: 1 layer unit + the LM head)" in out
+    assert "  ZeRO-3 units: a decoder layer, 0.44 GB; the LM head, 1.05 GB" in out
+    assert "the layer computing + 1 prefetched = 2 layer units unsharded" in out
+    g = estimate_json(capsys, *README_RUN)["peak"]["gathered"]
+    assert g == {"unit_bytes": 2 * LLAMA3_8B_LAYER, "prefetch": 1, "units_at_peak": 1,
+                 "root_bytes": 2 * LLAMA3_8B_HEAD,
+                 "bytes_at_peak": 2 * (LLAMA3_8B_LAYER + LLAMA3_8B_HEAD)}
+
+
+def test_fsdp2_holds_its_root_unit(capsys):
+    """FSDP2's root (embedding, final norm, LM head: 2·128256·4096 + 4096 parameters) stays
+    unsharded from the forward to the end of the backward, in bf16."""
+    d = estimate_json(capsys, *README_RUN, "--recipe", "fsdp2")
+    g = d["peak"]["gathered"]
+    assert g["root_bytes"] == 2 * (2 * LLAMA3_8B_HEAD + 4096)
+    assert g["unit_bytes"] == 2 * LLAMA3_8B_LAYER  # 218,112,000 parameters: divisible by 8 ranks
+    assert g["bytes_at_peak"] == g["root_bytes"] + g["units_at_peak"] * g["unit_bytes"]
+
+
+def test_zero3_without_a_shape_says_the_units_are_not_counted(capsys):
+    status, out, _ = run(capsys, "estimate", "--params", "7e9", "--dp", "8", "--zero", "3")
+    assert "  gathered units    not counted   (needs a model shape: a unit is a layer)" in out
+
+
+def test_overhead_is_added_to_the_peak_for_the_fit(capsys):
+    """PyTorch AMP with a fused AdamW: 16 bytes per parameter at the peak (torch.amp docs), 84 GB
+    for 5.25B parameters: fits the 85.52 GB an H100 reports, not with 2 GB of overhead."""
+    argv = ("--params", "5.25B", "--recipe", "amp", "--optimizer-impl", "fused", "--gpu", "h100-sxm")
+    assert estimate_json(capsys, *argv)["fits"] is True
+    d = estimate_json(capsys, *argv, "--overhead", "2GB")
+    assert (d["overhead"], d["needed"], d["fits"]) == (2 * GB, 86 * GB, False)
+    assert d["inputs"]["overhead"] == 2 * GB
+    status, out, _ = run(capsys, "estimate", *argv, "--overhead", "2GB")
+    assert "  overhead              2.00 GB      1.86 GiB   (--overhead: CUDA context" in out
+    assert "  peak + overhead      86.00 GB     80.09 GiB" in out
+    assert "no, 0.48 GB over at the peak with the overhead" in out
+
+
+def test_offload_optimizer_moves_the_states_to_the_cpu(capsys):
+    """ZeRO-Offload (Ren et al. 2021, §3-4): the GPU keeps the 2Ψ bytes of fp16 parameters; the
+    CPU holds the fp32 master weights, Adam's m and v and the gradient partition, which DeepSpeed
+    keeps in fp32 (stage_1_and_2.py): 16Ψ bytes, over 8 ranks 2Ψ each, 16Ψ per node of 8."""
+    psi = 7 * 10**9
+    d = estimate_json(capsys, "--params", "7e9", "--dp", "8", "--zero", "2", "--offload",
+                      "optimizer", "--gpus-per-node", "8")
+    assert d["per_device"] == {"weights": 2 * psi, "gradients": 0, "master_weights": 0,
+                               "optimizer_states": 0, "activations": None, "total": 2 * psi}
+    assert d["host"] == {"per_device": 2 * psi, "per_node": 16 * psi}
+    assert d["needed"] == 2 * psi  # the step runs on the CPU
+    assert (d["inputs"]["offload"], d["inputs"]["gpus_per_node"]) == ("optimizer", 8)
+    status, out, _ = run(capsys, "estimate", "--params", "7e9", "--dp", "8", "--zero", "2",
+                         "--offload", "optimizer", "--gpus-per-node", "8")
+    assert "CPU memory (--offload optimizer: master weights, optimizer states, gradient partition):" in out
+    assert "  per node            112.00 GB    104.31 GiB   (8 GPUs)" in out
+
+
+def test_offload_params_leaves_only_the_gathered_units(capsys):
+    """ZeRO-Infinity's offload_param: every sharded state in CPU memory, 18 bytes per parameter
+    over the ranks (bf16 shard, fp32 gradient partition, master weights and Adam: DeepSpeed's
+    estimate_zero3_model_states_mem_needs); the GPU holds what is gathered and the activations."""
+    d = estimate_json(capsys, *README_RUN, "--offload", "params")
+    per = d["per_device"]
+    assert (per["weights"], per["gradients"], per["master_weights"], per["optimizer_states"]) == (0, 0, 0, 0)
+    assert d["host"]["per_device"] == 8_030_261_248 * 18 // 8
+    assert d["peak"]["parts"]["gathered_parameters"] == d["peak"]["gathered"]["bytes_at_peak"]
+    assert "parameters" not in d["peak"]["parts"]
+
+
+def test_time_to_train_gpt3(capsys):
+    """GPT-3: 174.6B parameters on 300B tokens, 6ND = 3.14e23 FLOPs (Brown et al. 2020, Table
+    D.1); at 50% of 1,024 A100s' 312 TFLOP/s dense bf16 (A100 datasheet): 3.14e23 / (0.5 × 1024 ×
+    312e12) seconds."""
+    d = estimate_json(capsys, "--params", "174.6B", "--dp", "1024", "--gpu", "a100-80gb",
+                      "--tokens", "300B", "--mfu", "50%")
+    t = d["time"]
+    flops = 6 * 174_600_000_000 * 300_000_000_000
+    assert (t["flops_per_token"], t["total_flops"]) == (6 * 174_600_000_000, flops)
+    assert t["seconds"] == pytest.approx(flops / (0.5 * 1024 * 312e12), rel=1e-12)
+    assert t["gpu_hours"] == pytest.approx(t["seconds"] * 1024 / 3600, rel=1e-12)
+    assert (d["inputs"]["tokens"], d["inputs"]["mfu"]) == (300 * 10**9, 0.5)
+    status, out, _ = run(capsys, "estimate", "--params", "174.6B", "--dp", "1024", "--gpu",
+                         "a100-80gb", "--tokens", "300B", "--mfu", "0.5")
+    assert ("time: 300,000,000,000 tokens at MFU 50.0% of the dense bf16 peak of one A100 SXM "
+            "80GB, 312.0 TFLOP/s, 1,024 GPUs") in out
+
+
+def test_time_with_a_shape_counts_the_attention_term(capsys):
+    """PaLM's 6N + 12·L·h·s (Appendix B) for Llama-3-8B at s = 8192: N the matmul weights, all
+    but the 128256·4096 embedding and the 65 RMSNorm vectors of 4096."""
+    d = estimate_json(capsys, *README_RUN, "--gpu", "h100-sxm", "--tokens", "15T", "--mfu", "0.4")
+    n = 8_030_261_248 - LLAMA3_8B_HEAD - 65 * 4096
+    assert d["time"]["flops_per_token"] == 6 * n + 12 * 32 * 4096 * 8192
+    assert d["time"]["peak_flops_per_gpu"] == 989.4e12  # H100 SXM5 whitepaper, dense bf16
+
+
+def test_help_names_the_plan_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--overhead SIZE", "default 0 (not counted)", "--offload WHAT",
+                 "--gpus-per-node N", "--tokens N", "--mfu F", "a100-80gb", "--gpu NAME"):
+        assert text in out, text
+
+
+def test_fp8_training_keeps_megatron_s_states_and_runs_at_the_fp8_peak(capsys):
+    """Transformer Engine's fp8 under Megatron-LM: bf16 parameters, fp32 main_grad, fp32 master
+    weights and Adam, 2 + 4 + 4 + 8 = 18 bytes per parameter (Megatron-LM's
+    dist_optimizer.md); the time is measured against the H100 SXM5's dense fp8 peak, 1,978.9
+    TFLOP/s (H100 whitepaper). The A100 has no fp8 tensor cores."""
+    d = estimate_json(capsys, "--params", "7e9", "--recipe", "fp8-te", "--gpu", "h100-sxm",
+                      "--tokens", "1T", "--mfu", "0.3")
+    assert d["per_device"]["total"] == 18 * 7 * 10**9
+    assert d["time"]["peak_flops_per_gpu"] == 1978.9e12
+    status, _, err = run(capsys, "estimate", "--params", "7e9", "--recipe", "fp8-te", "--gpu",
+                         "a100-80gb", "--tokens", "1T", "--mfu", "0.3")
+    assert status == 2 and "A100 SXM 80GB has no fp8 tensor cores" in err

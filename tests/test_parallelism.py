@@ -17,7 +17,6 @@ from trainmath.parallelism import (
     layout,
     microbatches,
     peak_device_memory,
-    plan,
     stage_params,
     validate,
 )
@@ -182,8 +181,8 @@ def test_megatron_fp32_gradients_with_the_distributed_optimizer():
     # the gradients are reduce-scattered in fp32 and the bf16 weights all-gathered:
     # (4 + 2)Ψ(d-1)/d against ZeRO's (2 + 2)Ψ(d-1)/d
     kw = dict(seq_len=8192, micro_batch=1, global_batch=512, zero_stage=1)
-    fp32 = plan(LLAMA3_70B, lay, grad_bytes=4, **kw).communication.data_parallel
-    bf16 = plan(LLAMA3_70B, lay, **kw).communication.data_parallel
+    fp32 = communication(LLAMA3_70B, lay, grad_bytes=4, **kw).data_parallel
+    bf16 = communication(LLAMA3_70B, lay, **kw).data_parallel
     assert fp32 / bf16 == Fraction(6, 4)
     with pytest.raises(ValueError, match="grad_bytes must be a positive whole number, got 0"):
         device_memory(LLAMA3_70B, lay, grad_bytes=0)
@@ -295,21 +294,4 @@ def test_communication_bad_input():
     with pytest.raises(ValueError, match="stage 3 is out of range; accepted: 0 to 1"):
         communication(m, layout(dp=1, pp=2), seq_len=64, micro_batch=1, global_batch=2, stage=3)
 
-
-# -- a whole plan --------------------------------------------------------------------------------
-def test_plan_llama_3_70b_on_512_gpus():
-    lay = layout(dp=16, tp=8, pp=4, v=5, sequence_parallel=True)
-    acts = Bytes(30 * 10**9)
-    p = plan(LLAMA3_70B, lay, seq_len=8192, micro_batch=1, global_batch=512, zero_stage=1,
-             activations=acts, gpus=512)
-    assert p.microbatches == 32
-    assert p.bubble == Fraction(3, 32 * 5)
-    assert p.tokens_per_step == 512 * 8192
-    psi = 2_270_765_056  # last stage: 20 layers + LM head + final norm
-    assert p.peak.stage == 3
-    assert p.peak.total == Bytes(4 * psi + Fraction(12 * psi, 16)) + acts
-    assert p.fits(parse_bytes("80GB"))
-    assert not p.fits(parse_bytes("40GB"))
-    with pytest.raises(ValueError, match="gpus 256 ≠ dp × tp × pp × cp"):
-        plan(LLAMA3_70B, lay, seq_len=8192, micro_batch=1, global_batch=512, gpus=256)
 

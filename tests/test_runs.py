@@ -193,7 +193,8 @@ def test_the_command_prints_the_library_estimate():
     d = json.loads(out.getvalue())
     assert list(d) == ["params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
-                       "microbatches", "pipeline_bubble", "gpus", "fits", "inputs"]
+                       "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
+                       "host", "time", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
 
@@ -227,8 +228,21 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: Gpu(80), r"gpu memory must be a positive Bytes, e.g. parse_bytes\('80GB'\), got 80"),
         (lambda: Gpu(), "a Gpu needs a kind .accepted: a100-sxm, h100-sxm, h200, b200. or a memory"),
         (lambda: run(7e9, gpu="v100"), "unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
-        (lambda: run(7e9, gpu="h100-sxm", gpu_memory="80GB"),
-         "give gpu .a kind, 'h100-sxm'. or gpu_memory .an amount, '80GB'., not both"),
+        (lambda: run(7e9, offload="cpu"),
+         "unknown offload 'cpu'; accepted: none, optimizer, parameters"),
+        (lambda: run(7e9, offload="parameters", zero_stage=1), "needs ZeRO stage 3"),
+        (lambda: run(7e9, overhead="-1 GB"), "cannot read '-1 GB' as an amount of memory"),
+        (lambda: Run(7_000_000_000, overhead=5), r"overhead must be a Bytes of 0 or more, e.g. "
+                                                  r"parse_bytes\('2GiB'\), got 5"),
+        (lambda: run(7e9, tokens=10**12), "tokens needs mfu as well"),
+        (lambda: run(7e9, mfu=0.4, gpu="h100-sxm"), "mfu needs tokens as well"),
+        (lambda: run(7e9, tokens=10**12, mfu=1.2, gpu="h100-sxm"),
+         r"mfu must be a fraction in \(0, 1\], such as 0.4, got 1.2"),
+        (lambda: run(7e9, tokens=0, mfu=0.4, gpu="h100-sxm"),
+         "tokens must be a positive whole number, got 0"),
+        (lambda: run(7e9, tokens=10**12, mfu=0.4, gpu_memory="80GB"),
+         "a time to train needs a GPU kind for its peak FLOP/s"),
+        (lambda: run(7e9, gpus_per_node=0), "gpus_per_node must be a positive whole number, got 0"),
         (lambda: Run(7_000_000_000, training="adamw"), "training must be a Training, got 'adamw'"),
         (lambda: run("llama-3-70b", tp=3),
          r"invalid layout \(dp 1 × tp 3 × pp 1 × cp 1 = 3 GPUs\) for llama-3-70b: heads 64 is not "
@@ -332,3 +346,42 @@ def test_foreach_adamw_adds_four_bytes_per_parameter_at_the_step():
 def test_bad_training_choices_name_the_value(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+# -- offload, overhead, time: the library behind the command's new flags -------------------------
+def test_offload_matches_deepspeed_s_own_estimate():
+    """DeepSpeed's estimate_zero3_model_states_mem_needs (deepspeed/runtime/zero/stage3.py, with
+    zero_init and before its 1.5 buffer factor): with offload_optimizer, 16 bytes per parameter
+    of CPU memory per node over the nodes and 2Ψ/GPUs of 16-bit parameters left on each GPU;
+    with offload_param too, 18 bytes per parameter per node over the nodes."""
+    psi, nodes, per_node = 70 * 10**9, 2, 8
+    kw = dict(recipe="deepspeed", dp=nodes * per_node, zero_stage=3, gpus_per_node=per_node)
+    opt = estimate(run(psi, offload="optimizer", **kw))
+    assert opt.host_per_node == Bytes(16 * psi // nodes)
+    assert opt.device.weights == Bytes(2 * psi // (nodes * per_node))
+    assert opt.device.optimizer_states == Bytes(0) and opt.device.master_weights == Bytes(0)
+    par = estimate(run(psi, offload="parameters", **kw))
+    assert par.host_per_node == Bytes(18 * psi // nodes)
+    assert par.device.total == Bytes(0)
+
+
+def test_overhead_and_a_gpu_memory_that_overrides_the_kind():
+    """16Ψ = 112 GB for 7B (ZeRO §3.1) plus the optimizer step's fp32 gradient copies, 4Ψ: the
+    step's peak is 140 GB; with 10 GB of overhead it needs 150 GB, more than a 141 GB card."""
+    e = estimate(run(7_000_000_000, gpu="h200", gpu_memory="141GB", overhead="10GB"))
+    assert (e.peak.bytes, e.needed) == (Bytes(140 * 10**9), Bytes(150 * 10**9))
+    assert e.fits is False and e.run.gpu.kind == "h200"
+    assert estimate(run(7_000_000_000, gpu="h200", overhead="10GB")).fits is True  # 150.75 GB
+    assert Gpu(kind="a100-80gb").kind == "a100-sxm"
+
+
+def test_time_to_train_uses_the_run_s_gpus_and_the_recipe_s_peak():
+    """Llama-3-8B, 15T tokens (Dubey et al. 2024, §3.1), PaLM's 6N + 12·L·h·s at s = 8192 on
+    H100s at 40% MFU: tokens × FLOPs per token ÷ (0.4 × GPUs × 989.4e12) seconds."""
+    e = estimate(run("llama-3-8b", seq_len=8192, dp=128, zero_stage=1, gpu="h100-sxm",
+                     tokens=15 * 10**12, mfu=0.4))
+    n = 8_030_261_248 - 128256 * 4096 - 65 * 4096  # the matmul weights
+    per_token = 6 * n + 12 * 32 * 4096 * 8192
+    assert e.time.flops_per_token == per_token and e.time.gpus == 128
+    assert e.time.seconds == pytest.approx(15e12 * per_token / (0.4 * 128 * 989.4e12), rel=1e-12)
+    assert e.to_dict()["time"]["gpu_hours"] == pytest.approx(e.time.seconds * 128 / 3600)

@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from . import activations, compute, memory, models, sharding
-from .runs import Batch, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
+from .runs import Batch, Budget, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
 from .parallelism import Layout
 from .units import Bytes, parse_bytes
 
@@ -70,6 +70,40 @@ def _memory(text: str) -> Bytes:
         return parse_bytes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_tokens(text: str) -> int:
+    """A token count: ``15T``, ``2e12``, ``300B`` or ``300,000,000,000``."""
+    try:
+        return parse_count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive whole number of tokens; accepted: e.g. 15T, 2e12, 300B"
+        ) from None
+
+
+def parse_mfu(text: str) -> float:
+    """An MFU: a fraction in (0, 1] such as ``0.4``, or a percentage such as ``40%``."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an MFU; accepted: a fraction in (0, 1] such as 0.4, or 40%")
+    return value
+
+
+def _overhead(text: str) -> Bytes:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: The command's names for :data:`trainmath.sharding.OFFLOADS`.
+OFFLOAD_FLAGS = {"none": "none", "optimizer": "optimizer", "params": "parameters"}
 
 
 def _one_of(what: str, accepted: Sequence, convert=str):
@@ -158,13 +192,36 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mlp-kernel", default="eager",
                        type=_one_of("mlp kernel", activations.MLP_KERNELS),
                        help="eager (SwiGLU saves four ffn-wide tensors) or fused (three)")
-    train.add_argument("--gpu", type=_one_of("GPU", list(compute.GPUS)), metavar="KIND",
-                       help="one of: " + ", ".join(compute.GPUS) + ": say whether it fits in "
-                       "the memory nvidia-smi reports for it")
+    gpu_names = [*compute.GPUS, *compute.GPU_ALIASES]
+    train.add_argument("--gpu", type=_one_of("GPU", gpu_names), metavar="NAME",
+                       help="one of: " + ", ".join(gpu_names) + ": say whether it fits in "
+                       "the memory nvidia-smi reports for it (its peak FLOP/s for --tokens)")
     train.add_argument("--gpu-memory", type=_memory, metavar="SIZE",
                        help="memory of one device, e.g. 80GB or 141GiB: say whether it fits "
-                       "(an \"80GB\" card holds more than 80GB: see --gpu)")
+                       "(an \"80GB\" card holds more than 80GB: see --gpu); with --gpu it "
+                       "overrides that GPU's memory")
+    plan = est.add_argument_group("what the formulas leave out, offload, and time")
+    plan.add_argument("--overhead", type=_overhead, metavar="SIZE", default=Bytes(0),
+                      help="memory no formula counts (CUDA context, cuBLAS/cuDNN workspaces, NCCL "
+                      "buffers, allocator fragmentation), added to the step's peak for the fit, "
+                      "e.g. 2GiB; default 0 (not counted): the Command line page gives typical "
+                      "figures")
+    plan.add_argument("--offload", metavar="WHAT", default="none",
+                      type=_one_of("offload", list(OFFLOAD_FLAGS)),
+                      help="none; optimizer (ZeRO-Offload: master weights, optimizer states and "
+                      "gradient partitions in CPU memory, ZeRO stage 2 or 3); params (ZeRO-Infinity "
+                      "or FSDP2 CPUOffloadPolicy: every sharded state, ZeRO stage 3). Default none")
+    plan.add_argument("--gpus-per-node", type=_positive, metavar="N",
+                      help="GPUs on one node: the CPU memory offload needs per node")
+    plan.add_argument("--tokens", type=parse_tokens, metavar="N",
+                      help="tokens to train on (15T, 2e12): FLOPs per token, time and GPU-hours "
+                      "on the run's GPUs; needs --mfu and --gpu")
+    plan.add_argument("--mfu", type=parse_mfu, metavar="F",
+                      help="model FLOPs utilization assumed, 0.4 or 40%%, of the GPU's dense peak "
+                      "in the recipe's precision; no default: say it (published runs: about 0.4 "
+                      "to 0.56)")
     est.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _add_plan_parser(sub, model)
     return parser
 
 
@@ -194,9 +251,13 @@ def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.Run` the parsed flags describe; the library checks it."""
     model = _model(args)
     lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel)
-    if args.gpu is not None and args.gpu_memory is not None:
-        raise UsageError(f"--gpu {args.gpu} and --gpu-memory {args.gpu_memory} cannot be combined: "
-                         "give a GPU kind or an amount of memory, not both")
+    if (args.tokens is None) != (args.mfu is None):
+        given, missing = ("--tokens", "--mfu F") if args.mfu is None else ("--mfu", "--tokens N")
+        raise UsageError(f"{given} needs {missing} as well: a time to train needs the tokens and "
+                         "the MFU assumed (e.g. --tokens 15T --mfu 0.4)")
+    if args.tokens is not None and args.gpu is None:
+        raise UsageError("--tokens needs --gpu NAME for the GPU's peak FLOP/s; accepted: "
+                         + ", ".join([*compute.GPUS, *compute.GPU_ALIASES]))
     if args.gpus is not None and args.gpus != lay.gpus:
         raise UsageError(f"--gpus {args.gpus} does not match dp × tp × pp × cp = {args.dp} × "
                          f"{args.tp} × {args.pp} × {args.cp} = {lay.gpus}")
@@ -206,10 +267,14 @@ def to_run(args: argparse.Namespace) -> Run:
             training=Training(recipe=args.recipe, optimizer=args.optimizer,
                               zero_stage=args.zero, recompute=args.recompute,
                               implementation=args.implementation, mlp_kernel=args.mlp_kernel,
-                              attention=args.attention, optimizer_impl=args.optimizer_impl),
+                              attention=args.attention, optimizer_impl=args.optimizer_impl,
+                              offload=OFFLOAD_FLAGS[args.offload]),
             layout=lay,
             batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
             gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
+            overhead=args.overhead,
+            budget=None if args.tokens is None else Budget(args.tokens, args.mfu),
+            gpus_per_node=args.gpus_per_node,
         )
     except ShapeNeeded as exc:  # the same rule, worded with the flags that broke it
         if "global_batch" in exc.fields or "v" in exc.fields:
@@ -270,19 +335,33 @@ def render(est: Estimate) -> str:
     stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""
     lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
     lines.append(f"  at {top.when}")
+    lines.extend(_gathered_lines(est, row))
+    if est.gathered is None and t.zero_stage == 3 and shape is None:
+        lines.append(f"  {'gathered units':<17}{'not counted':>12}   (needs a model shape: a "
+                     "unit is a layer)")
+    if est.overhead.n or r.gpu is not None:
+        what = ("--overhead: CUDA context, workspaces, NCCL buffers, fragmentation"
+                if est.overhead.n else "none given: see --overhead")
+        lines.append(row("overhead", est.overhead) + f"   ({what})")
+        if est.overhead.n:
+            lines.append(row("peak + overhead", est.needed))
     if r.gpu is not None:
         capacity = Bytes(math.ceil(r.gpu.memory.n))
-        peak = Bytes(math.ceil(top.total.n))
+        peak = Bytes(math.ceil(top.total.n)) + Bytes(math.ceil(est.overhead.n))
         where = str(capacity)
         if r.gpu.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
             where = (f"one {r.gpu.name} ({capacity.format('MiB', 0)} = "
                      f"{capacity.format('GB', 2)}, as nvidia-smi reports it)")
+            if r.gpu.memory != compute.gpu(r.gpu.kind).memory.usable:
+                where = f"one {r.gpu.name} with {capacity} (--gpu-memory)"
+        at = "the peak" + (" with the overhead" if est.overhead.n else "")
         if est.fits:
             lines.append(f"fits in {where}: yes, {(capacity - peak).format('GB', 2)} to spare "
-                         "at the peak")
+                         f"at {at}")
         else:
-            lines.append(f"fits in {where}: no, {(peak - capacity).format('GB', 2)} over at the "
-                         "peak")
+            lines.append(f"fits in {where}: no, {(peak - capacity).format('GB', 2)} over at {at}")
+    lines.extend(_host_lines(est))
+    lines.extend(_time_lines(est))
     lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
     lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
     lines.append("  trainmath.peak; all checked against PyTorch (the How we know page).")
@@ -290,16 +369,205 @@ def render(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def _gathered_lines(est: Estimate, row) -> list[str]:
+    """ZeRO-3/FSDP's unsharded units: what the peak holds, how many units of what size."""
+    g = est.gathered
+    if g is None:
+        return []
+    units, held = est.gathered_at_peak()
+    fsdp2 = est.training.recipe == "fsdp2"
+    root = "the root unit" if fsdp2 else "the LM head"
+    with_root = f" + {root}" if g.root.n and held.n else ""
+    plural = "s" if units != 1 else ""
+    lines = [row("gathered units", held) + f"   (in the peak: {units} layer unit{plural}{with_root})"]
+    size = f"  ZeRO-3 units: a decoder layer, {Bytes(math.ceil(g.layer.n)).format('GB', 2)}"
+    if g.root.n:
+        what = " (embedding, final norm, LM head)" if fsdp2 else ""
+        size += f"; {root}{what}, {Bytes(math.ceil(g.root.n)).format('GB', 2)}"
+    lines.append(size)
+    lines.append(f"  in the backward pass: the layer computing + {g.prefetch} prefetched = "
+                 f"{1 + g.prefetch} layer units unsharded"
+                 + (f", and {root}" if g.root.n else ""))
+    return lines
+
+
+def _host_lines(est: Estimate) -> list[str]:
+    """The CPU memory that offload needs, per device and per node."""
+    t = est.training
+    if t.offload == "none":
+        return []
+    flag = {v: k for k, v in OFFLOAD_FLAGS.items()}[t.offload]
+    moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
+             else "every sharded state")
+    lines = [f"CPU memory (--offload {flag}: {moved}):",
+             f"  per device       {Bytes(math.ceil(est.host.n)).format('GB', 2):>12}  "
+             f"{Bytes(math.ceil(est.host.n)).format('GiB', 2):>12}"]
+    if est.host_per_node is not None:
+        n = min(est.run.gpus_per_node, est.gpus)
+        node = Bytes(math.ceil(est.host_per_node.n))
+        lines.append(f"  per node         {node.format('GB', 2):>12}  {node.format('GiB', 2):>12}"
+                     f"   ({n} GPU{'s' if n > 1 else ''})")
+    return lines
+
+
+def _time_lines(est: Estimate) -> list[str]:
+    """FLOPs per token, time to train and GPU-hours, with the peak they assume."""
+    time = est.time
+    if time is None:
+        return []
+    days = time.seconds / 86400
+    return [
+        f"time: {time.tokens:,} tokens at MFU {time.mfu:.1%} of the {time.peak.describe()}, "
+        f"{time.gpus:,} GPU{'s' if time.gpus > 1 else ''}",
+        f"  FLOPs per token  {time.flops_per_token:.4g}: {time.counted}",
+        f"  total FLOPs      {time.total_flops:.4g}",
+        f"  throughput       {time.tokens_per_second:,.0f} tokens/s",
+        f"  time to train    {days:,.1f} days ({time.seconds / 3600:,.1f} hours)",
+        f"  GPU-hours        {time.gpu_hours:,.0f}",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status (0, or 2 for bad input)."""
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "plan":
+            return _plan_main(args)
         result = estimate(to_run(args))
     except (UsageError, ValueError, argparse.ArgumentTypeError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     print(result.to_json() if args.json else render(result))
     return 0
+
+
+# -- trainmath plan ------------------------------------------------------------------------------
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1")
+    return value
+
+
+def _rate(text: str) -> float:
+    """A bandwidth in GB/s (10^9 bytes per second, each way), as bytes per second."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GB/s")
+    return value * 10**9
+
+
+def _add_plan_parser(sub, model_group) -> None:
+    """The ``plan`` subcommand: the model flags of ``estimate`` (shared), and its own."""
+    pl = sub.add_parser(
+        "plan", help="every parallel layout that fits, ranked by predicted step time",
+        description="Rank the layouts dp × tp × pp × cp (with ZeRO stage, recomputation, "
+        "micro-batch and interleaving) of a model on GPUs by predicted step time.",
+    )
+    group = pl.add_argument_group("model (a preset, or a shape)")
+    for action in model_group._group_actions:  # the same flags as estimate's
+        group._add_action(action)
+    run = pl.add_argument_group("the run")
+    run.add_argument("--gpu", required=True, type=_one_of("GPU", list(compute.GPUS)),
+                     metavar="KIND", help="one of: " + ", ".join(compute.GPUS))
+    run.add_argument("--gpus", required=True, type=_positive, help="GPUs in all")
+    run.add_argument("--gpus-per-node", type=_positive, metavar="N",
+                     help="GPUs per node (default: the GPU's DGX/HGX node, 8)")
+    run.add_argument("--seq-len", required=True, type=_positive, help="sequence length s")
+    run.add_argument("--global-batch", required=True, type=_positive, metavar="B",
+                     help="sequences per optimizer step")
+    recipe_names = [*memory.RECIPES, *memory.RECIPE_ALIASES]
+    run.add_argument("--recipe", metavar="NAME", type=_one_of("recipe", recipe_names),
+                     help="one of: " + ", ".join(recipe_names) + "; default: the model's")
+    run.add_argument("--implementation", metavar="NAME",
+                     type=_one_of("implementation", list(activations.IMPLEMENTATIONS)),
+                     help="one of: " + ", ".join(activations.IMPLEMENTATIONS) + "; default: the model's")
+    run.add_argument("--optimizer", default="adamw",
+                     type=_one_of("optimizer", list(memory.OPTIMIZERS)))
+    how = pl.add_argument_group("assumptions (stated in the output)")
+    how.add_argument("--achievable", type=_fraction, default=None, metavar="F",
+                     help="share of the dense peak the matrix multiplications sustain (default 0.6)")
+    how.add_argument("--nvlink", type=_rate, metavar="GB/s",
+                     help="GB/s each GPU sends inside a node (default: the GPU's NVLink, one way)")
+    how.add_argument("--network", type=_rate, metavar="GB/s",
+                     help="GB/s each GPU sends across nodes (default: its DGX network adapter)")
+    for kind in ("dp", "tp", "pp", "cp"):
+        how.add_argument(f"--overlap-{kind}", type=_fraction, metavar="F",
+                         help=f"share of {kind} traffic hidden under compute")
+    how.add_argument("--tp-across-nodes", action="store_true", help="allow tp beyond one node")
+    how.add_argument("--cp-across-nodes", action="store_true", help="allow tp × cp beyond one node")
+    out = pl.add_argument_group("output")
+    out.add_argument("--top", type=_positive, default=10, help="rows of the table (default 10)")
+    out.add_argument("--layout", metavar="SPEC",
+                     help="score your layout, e.g. dp=16,tp=8,pp=4 (also v, zero, recompute, b)")
+    out.add_argument("--explain", action="store_true", help="why each runner-up lost to the best")
+    out.add_argument("--json", action="store_true", help="one JSON object: every layout considered")
+
+
+def _plan_main(args: argparse.Namespace) -> int:
+    from . import planner
+
+    model = _model(args)
+    if not isinstance(model, models.ModelShape):
+        raise UsageError("plan needs a model shape (--model or --layers/--hidden/...): "
+                         "--params alone cannot be split over tp or pp")
+    base = planner.Overlap()
+    overlap = planner.Overlap(*(getattr(args, f"overlap_{k}") if getattr(args, f"overlap_{k}")
+                                is not None else getattr(base, k) for k in ("dp", "tp", "pp", "cp")))
+    result = planner.plan(
+        model, gpu=args.gpu, gpus=args.gpus, seq_len=args.seq_len, global_batch=args.global_batch,
+        node_gpus=args.gpus_per_node, recipe=args.recipe, implementation=args.implementation,
+        optimizer=args.optimizer,
+        achievable=planner.ACHIEVABLE if args.achievable is None else args.achievable,
+        nvlink=args.nvlink, network=args.network, overlap=overlap,
+        tp_across_nodes=args.tp_across_nodes, cp_across_nodes=args.cp_across_nodes,
+        layout=args.layout)
+    print(result.to_json() if args.json else render_plan(result, args.top, args.explain))
+    return 0
+
+
+def render_plan(p, top: int = 10, explain: bool = False) -> str:
+    """The plan as a table: the fastest layouts that fit, and the assumptions behind the times."""
+    t = p.training
+    kept = len(p.ranking)
+    lines = [f"{p.model.name} on {p.gpus} {compute.gpu(p.gpu).name} ({p.node_gpus} per node), "
+             f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
+             f"{t.implementation} kernels",
+             f"assumed: matmuls at {p.achievable:.0%} of the dense bf16 peak; NVLink "
+             f"{p.nvlink / 1e9:g} GB/s, network {p.network / 1e9:g} GB/s per GPU each way; "
+             f"overlap dp {p.overlap.dp:g}, tp {p.overlap.tp:g}, pp {p.overlap.pp:g}, "
+             f"cp {p.overlap.cp:g}",
+             f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
+             f" rank  dp   tp  pp  cp   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
+    rows = list(p.ranking[:top])
+    if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
+        rows.append(p.user)
+    for c in rows:
+        lay = c.layout
+        rank = "you" if c is p.user and c.rank is None else str(c.rank)
+        step = "-" if c.time is None else f"{c.time.total:.2f}"
+        mfu = "-" if c.mfu is None else f"{c.mfu:.1%}"
+        tps = "-" if c.tokens_per_second is None else f"{c.tokens_per_second:,.0f}"
+        peak = "-" if c.peak is None else f"{c.peak.to('GB'):.1f}"
+        limit = "" if c.time is None else c.time.limit
+        if c.status != "kept":
+            limit = "does not fit"
+        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3} {lay.v:>3} "
+                     f"{c.zero_stage:>5}  {c.recompute:<9} {c.micro_batch:>2} {peak:>9} "
+                     f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
+    if p.user is not None:
+        lines.append(p.user.reason)
+    if explain:
+        lines.extend(p.explain(top))
+    lines.append("MFU: model FLOPs (6N + 12Lhs per token) over the dense bf16 peak; memory:")
+    lines.append("  the step's peak from trainmath estimate (GB = 10^9 bytes)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,8 +20,8 @@
   :class:`Peak`: one GPU's dense (no 2:4 sparsity) tensor-core peak in one precision, named in
   every :class:`Utilization` via :meth:`Utilization.describe`.
 
-:data:`GPUS` holds A100 SXM, H100 SXM, H200 and B200 with their datasheet sources, and each
-one's memory as sold, as built and as ``nvidia-smi`` reports it (:class:`GpuMemory`).
+:data:`GPUS` holds A100 SXM (alias ``a100-80gb``), H100 SXM, H200 and B200 with their datasheet
+sources, and each one's memory as sold, as built and as ``nvidia-smi`` reports it (:class:`GpuMemory`).
 
 Main entry points: :func:`training_flops`; :func:`model_flops_per_token`, :func:`matmul_params`,
 :func:`flops_per_token` -> :class:`FlopsPerToken` (``.model``, ``.hardware``);
@@ -191,9 +191,20 @@ GPUS: dict[str, Accelerator] = {
 }
 
 
+#: Other names for a GPU of :data:`GPUS`: "a100-80gb" is the A100 SXM 80GB, the part of the A100
+#: datasheet's "80GB" column (the PCIe card of that name is not modelled).
+GPU_ALIASES: dict[str, str] = {"a100-80gb": "a100-sxm"}
+
+
 def gpu(key: str) -> Accelerator:
-    """The accelerator called ``key`` (``"a100-sxm"``, ``"h100-sxm"``, ``"h200"``, ``"b200"``)."""
-    return GPUS[choice("GPU", key, GPUS)]
+    """The accelerator called ``key`` (``"a100-sxm"``, ``"h100-sxm"``, ``"h200"``, ``"b200"``, or
+    one of :data:`GPU_ALIASES` such as ``"a100-80gb"``).
+
+    >>> gpu("a100-80gb").name
+    'A100 SXM 80GB'
+    """
+    key = GPU_ALIASES.get(key, key) if isinstance(key, str) else key
+    return GPUS[choice("GPU", key, [*GPUS, *GPU_ALIASES])]
 
 
 def peak_flops(key: str, precision: str = "bf16") -> Peak:

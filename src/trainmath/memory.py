@@ -56,6 +56,7 @@ class Recipe:
     - ``reduce_bytes``: bytes per element of the gradients' reduce-scatter when it runs in
       another format than the gradients (FSDP2's ``reduce_dtype=torch.float32``: 4);
     - ``optimizer_impl``: how its optimizer step usually runs (:data:`OPTIMIZER_IMPLS`);
+    - ``fp8_gemms``: its matrix multiplies run in fp8 (the fp8 recipe);
     - ``framework``: "" for the four precision recipes (formats only), else the framework whose
       behaviour it follows.
     """
@@ -78,6 +79,9 @@ class Recipe:
     reduce_bytes: int | None = None
     optimizer_impl: str = "foreach"
     framework: str = ""
+    #: the matrix multiplies run in fp8 (Transformer Engine): the peak a time to train is
+    #: measured against is the fp8 one (:func:`trainmath.runs.peak_precision`)
+    fp8_gemms: bool = False
 
     @property
     def after_step(self) -> int:
@@ -173,6 +177,21 @@ RECIPES: dict[str, Recipe] = {
             "and their gradients reduce-scattered in fp32 (torch.distributed.fsdp.fully_shard); its "
             "reshard_after_forward=False (ZeRO-2 at the peak) is not modelled",
             compute=2, stages=(3,), default_stage=3, reduce_bytes=4, framework="PyTorch FSDP2",
+        ),
+        Recipe(
+            "fp8-te", 2, 4, 4, 4,
+            "fp8 training with NVIDIA Transformer Engine under Megatron-LM (--fp8-format hybrid): "
+            "the matrix multiplies of the linear layers run in fp8 (E4M3 forward, E5M2 gradients) "
+            "while the model states stay as Megatron-LM keeps them, bf16 parameters, an fp32 "
+            "main_grad buffer, fp32 master weights and Adam: 18 bytes per parameter (Transformer "
+            "Engine's FP8 primer: fp8 is a compute format, the master weights and optimizer stay "
+            "in higher precision). Not counted here: the fp8 copy of each linear weight that "
+            "Transformer Engine casts once per step and caches across micro-batches, with its "
+            "transpose on Hopper (1 + 1 bytes per linear weight; TE docs, FP8 weight caching and "
+            "Handling transposes), and the fp8 inputs of the linear layers it saves for backward "
+            "in place of bf16 ones (the activations are counted in bf16, an upper bound)",
+            persistent_gradients=True, optimizer_impl="fused",
+            framework="Megatron-LM with Transformer Engine", fp8_gemms=True,
         ),
     )
 }

@@ -341,6 +341,19 @@ _LLAMA2 = ("config.json of meta-llama/{} (h, a and L as in Touvron et al. 2023a,
            "Touvron et al. 2023b, Llama 2, Table 1 (context length, GQA)")
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
+_NARAYANAN = "Narayanan et al. 2021, Table 1 (a, h, l; V 51200, s 2048)"
+_KORTHIKANTI = "Korthikanti et al. 2022, Table 3 (a, h, l; V 51200, s 2048)"
+#: (name, heads, hidden, layers, source) of the Megatron-LM GPT models in the papers' tables
+_MEGATRON_GPTS = (
+    ("1.7b", 24, 2304, 24, _NARAYANAN), ("3.6b", 32, 3072, 30, _NARAYANAN),
+    ("7.5b", 32, 4096, 36, _NARAYANAN), ("18.4b", 48, 6144, 40, _NARAYANAN),
+    ("39.1b", 64, 8192, 48, _NARAYANAN), ("76.1b", 80, 10240, 60, _NARAYANAN),
+    ("145.6b", 96, 12288, 80, _NARAYANAN), ("310.1b", 128, 16384, 96, _NARAYANAN),
+    ("529.6b", 128, 20480, 105, _NARAYANAN + "; the 530B of " + _KORTHIKANTI),
+    ("1t", 160, 25600, 128, _NARAYANAN + " (1008.0B); the 1T of " + _KORTHIKANTI),
+    ("22b", 64, 6144, 48, _KORTHIKANTI), ("175b", 96, 12288, 96, _KORTHIKANTI),
+)
+
 #: Published shapes by name (:func:`preset`), each with its source in ``source``. Their
 #: ``max_positions`` is ``max_position_embeddings`` of the released config.json (GPT-3: its
 #: 2,048 learned positions); Mistral-7B's ``sliding_window`` is its config's and its paper's.
@@ -382,6 +395,16 @@ PRESETS: dict[str, ModelShape] = {
                    "(FFN 4h, n_ctx 2048); GPT-2's 50257-token BPE vocabulary and tied embeddings "
                    "(Radford et al. 2019)",
         ),
+        shape(
+            "llama-3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+            vocab=128256, max_positions=131072,
+            source=_LLAMA3.format("Llama-3.1-405B") + "; max_position_embeddings 131072",
+        ),
+        # Megatron-LM's GPT models: Narayanan et al. 2021 Table 1 (weak scaling) and Korthikanti
+        # et al. 2022 Table 3; vocabulary 51,200 (GPT-2's, padded), sequence 2,048, GPT layers.
+        *(gpt_shape(f"megatron-gpt-{size}", layers=layers, hidden=hidden, heads=heads,
+                    vocab=51200, positions=2048, source=source)
+          for size, heads, hidden, layers, source in _MEGATRON_GPTS),
     )
 }
 
@@ -420,6 +443,15 @@ TRAINING_DEFAULTS: dict[str, TrainedWith] = {
         "bf16-mixed", "megatron-te",
         "megatron-te: FlashAttention and xFormers kernels for its sliding window, Jiang et al. "
         "2023 (Mistral 7B) §2; " + _NO_RECIPE),
+    "llama-3-405b": TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: FlashAttention-style kernels, as for Llama 2 (assumed: Dubey et al. 2024 "
+        "do not name their attention kernel); " + _NO_RECIPE),
+    **dict.fromkeys([f"megatron-gpt-{g[0]}" for g in _MEGATRON_GPTS], TrainedWith(
+        "megatron", "megatron-eager",
+        "megatron: Megatron-LM's own recipe (16-bit weights, fp32 gradients and optimizer "
+        "states), the framework the papers ran; megatron-eager: its unfused attention, the layer "
+        "Korthikanti et al. 2022 §4.1 count (both papers predate FlashAttention)")),
     "gpt3-175b": TrainedWith(
         "bf16-mixed", "megatron-eager",
         "megatron-eager: Megatron-LM's unfused attention, the layer Korthikanti et al. 2022 §4.1 "

@@ -35,8 +35,8 @@ Main entry points:
   per scheme (ring factors from :mod:`trainmath.collectives`, ZeRO's traffic from
   :func:`trainmath.sharding.zero_traffic`);
 - :func:`bubble_fraction` ((pp-1)/m, or (pp-1)/(m·v) interleaved) and :func:`bubble_share`;
-- :func:`plan` bundles the memory, traffic and bubble of one layout; for the memory of one
-  run, activations included, use :func:`trainmath.runs.estimate`.
+- for the memory of one run, activations included, use :func:`trainmath.runs.estimate`; to
+  rank every layout of a run by predicted step time, :func:`trainmath.planner.plan`.
 
 Activation bytes are an input here, not computed: the activation model lives in
 :mod:`trainmath.activations`. Pass one ``Bytes`` (every stage) or one per stage.
@@ -550,72 +550,3 @@ def communication(
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
         raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {pp - 1}")
     return result[stage]
-
-
-# -- one run ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Plan:
-    """A checked layout for one run, with its memory, traffic and bubble."""
-
-    model: ModelShape
-    layout: Layout
-    seq_len: int
-    micro_batch: int
-    global_batch: int
-    microbatches: int
-    zero_stage: int
-    memory: tuple[DeviceMemory, ...]
-    communication: Communication
-    bubble: Fraction
-
-    @property
-    def peak(self) -> DeviceMemory:
-        """The stage whose device needs the most memory."""
-        return fullest(self.memory)
-
-    @property
-    def tokens_per_step(self) -> int:
-        """Tokens per optimizer step: global batch × sequence length."""
-        return self.global_batch * self.seq_len
-
-    def fits(self, capacity: Bytes) -> bool:
-        """Whether the fullest device fits in ``capacity`` (e.g. ``parse_bytes("80GB")``)."""
-        return self.peak.total <= capacity
-
-
-def plan(
-    model: ModelShape,
-    lay: Layout,
-    *,
-    seq_len: int,
-    micro_batch: int,
-    global_batch: int,
-    zero_stage: int = 1,
-    precision: str = "bf16-mixed",
-    optimizer_name: str = "adamw",
-    activations: Bytes | Sequence[Bytes] | None = None,
-    gpus: int | None = None,
-    grad_bytes: int | None = None,
-    **comm_kwargs,
-) -> Plan:
-    """:func:`validate`, then memory per stage, traffic of the busiest device and the bubble.
-
-    ``activations`` and ``grad_bytes`` as in :func:`device_memory` (the gradients are reduced
-    in the bytes they are kept in, so ``grad_bytes`` goes to :func:`communication` too);
-    ``comm_kwargs`` go to :func:`communication`.
-    """
-    validate(model, lay, gpus=gpus, global_batch=global_batch, micro_batch=micro_batch, seq_len=seq_len)
-    m = microbatches(global_batch, lay.dp, micro_batch)
-    memory = device_memory(
-        model, lay, zero_stage=zero_stage, precision=precision,
-        optimizer_name=optimizer_name, activations=activations, grad_bytes=grad_bytes,
-    )
-    comm = communication(
-        model, lay, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
-        zero_stage=zero_stage, precision=precision, grad_bytes=grad_bytes, **comm_kwargs,
-    )
-    return Plan(
-        model=model, layout=lay, seq_len=seq_len, micro_batch=micro_batch,
-        global_batch=global_batch, microbatches=m, zero_stage=zero_stage, memory=memory,
-        communication=comm, bubble=bubble_fraction(lay.pp, m, lay.v),
-    )

@@ -32,7 +32,8 @@ largest as ``Estimate.peak``; the command's "fits" verdict uses it. Checked agai
 a real step of PyTorch at full size, single device and FSDP2 per rank, within 2%
 (docs/_data/measurements.json, :mod:`trainmath.measured`). What a CPU does not show (the CUDA
 caching allocator's rounding and fragmentation, NCCL's buffers, the CUDA context, kernels'
-workspaces) is not counted: the "How we know" page says what each adds.
+workspaces) is not counted: the "How we know" page says what each adds, and
+:attr:`trainmath.runs.Run.overhead` (the command's ``--overhead``) adds an amount for them.
 """
 
 from __future__ import annotations

@@ -28,7 +28,14 @@ plain keywords (a preset name, a GPU kind such as ``"h100-sxm"``, ``"80GB"``).
 - the peak of a step (:mod:`trainmath.peak`): when each of these is alive, with the loss's
   logits, gathered ZeRO-3/FSDP units and the optimizer's temporaries; ``fits`` compares it
   with the GPU's usable memory;
-- with a global batch: m micro-batches per step and the bubble, (pp-1)/(m·v).
+- with a global batch: m micro-batches per step and the bubble, (pp-1)/(m·v);
+- with ``offload`` (:class:`Training`): the offloaded states moved from the device to
+  :attr:`Estimate.host`, CPU memory per device (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity,
+  Rajbhandari et al. 2021; FSDP2's ``CPUOffloadPolicy``), and per node with ``gpus_per_node``;
+- :attr:`Run.overhead`, what no formula counts (CUDA context, workspaces, NCCL buffers,
+  fragmentation), added to the peak for ``fits`` (:attr:`Estimate.needed`);
+- with a :class:`Budget` (tokens, MFU) and a GPU kind: FLOPs per token, time to train and
+  GPU-hours (:class:`TrainingTime`; Kaplan et al. 2020, Chowdhery et al. 2022 Appendix B).
 
 Pure, fast and free of I/O, so a planner can call it in a loop and a browser (Pyodide) can
 run it. :meth:`Estimate.to_dict` is exactly the JSON that ``trainmath estimate --json`` prints.
@@ -49,14 +56,14 @@ from .activations import (IMPLEMENTATIONS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KI
                           FP32_BYTES, LayerActivations, StageActivations, _in_flight, _input,
                           _layer, _output, _rotary, _stage, check_context_parallel, implementation,
                           kernels_problem)
-from .compute import GPUS, gpu as _accelerator
+from .compute import GPU_ALIASES, GPUS, Peak, flops_per_token, gpu as _accelerator, time_to_train
 from .memory import BytesPerParam, Recipe, bytes_per_param, optimizer, optimizer_impl, recipe
 from .models import (CUSTOM_DEFAULTS, ModelShape, param_count, param_shapes, preset,
                      trained_with)
 from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches,
                           _stage_params, fullest, validate)
 from .peak import GatheredUnits, StepInputs, StepPeak, _step_peak, _temporaries
-from .sharding import STEP_BYTES, _zero_states, check_stage, fsdp2_rank
+from .sharding import OFFLOADS, STEP_BYTES, _zero_states, check_stage, fsdp2_rank
 from .units import Bytes, choice, parse_bytes, positive_int
 
 
@@ -88,10 +95,14 @@ class Training:
     mlp_kernel: str = "eager"
     attention: str | None = None
     optimizer_impl: str | None = None
+    #: model states moved to host (CPU) memory: one of :data:`trainmath.sharding.OFFLOADS`
+    #: ("none", "optimizer": ZeRO-Offload, "parameters": ZeRO-Infinity / FSDP2 CPUOffloadPolicy)
+    offload: str = "none"
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
             object.__setattr__(self, "recipe", recipe(self.recipe).name)  # aliases resolved
+        choice("offload", self.offload, OFFLOADS)
         optimizer(self.optimizer)
         if self.zero_stage is not None:
             object.__setattr__(self, "zero_stage", check_stage(self.zero_stage))
@@ -182,7 +193,9 @@ class Gpu:
     ``Gpu(kind="h100-sxm")`` takes that GPU's usable memory, the total ``nvidia-smi`` reports
     (:attr:`trainmath.compute.GpuMemory.usable`: 81,559 MiB for an H100 sold as "80GB");
     ``Gpu(memory)`` takes an amount as given (``parse_bytes("80GB")`` is 80 × 10^9 bytes, less
-    than an "80GB" card holds). ``kind`` is a key of :data:`trainmath.compute.GPUS`.
+    than an "80GB" card holds). ``kind`` is a key of :data:`trainmath.compute.GPUS` (or one of
+    :data:`trainmath.compute.GPU_ALIASES`, resolved to its key). Given both, ``memory`` is the
+    one checked against and ``kind`` still names the GPU (its peak FLOP/s for :class:`Budget`).
     """
 
     memory: Bytes | None = None
@@ -191,6 +204,7 @@ class Gpu:
     def __post_init__(self) -> None:
         if self.kind is not None:
             accelerator = _accelerator(self.kind)  # a ValueError lists the known kinds
+            object.__setattr__(self, "kind", accelerator.key)  # aliases resolved
             if self.memory is None:
                 object.__setattr__(self, "memory", accelerator.memory.usable)
         elif self.memory is None:
@@ -204,6 +218,39 @@ class Gpu:
     def name(self) -> str | None:
         """The GPU's name (``"H100 SXM"``), or None when only its memory was given."""
         return None if self.kind is None else _accelerator(self.kind).name
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the run trains on and how well it runs: ``tokens`` to train on and the ``mfu``
+    assumed (a fraction in (0, 1]), for the time to train (:class:`TrainingTime`)."""
+
+    tokens: int
+    mfu: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", positive_int("tokens", self.tokens))
+        if isinstance(self.mfu, bool) or not isinstance(self.mfu, (int, float, Fraction)) \
+                or not 0 < self.mfu <= 1:
+            raise ValueError(f"mfu must be a fraction in (0, 1], such as 0.4, got {self.mfu!r}")
+
+
+def peak_precision(r: Recipe) -> str:
+    """The tensor-core precision a recipe's matrix multiplies run in, whose dense peak is the
+    MFU denominator (:meth:`trainmath.compute.Accelerator.peak`): "fp8" for fp8 training,
+    "fp16" for fp16-mixed, "bf16" for every other 16-bit compute (autocast included); a
+    ValueError for fp32, which the GPU table has no peak for.
+
+    >>> peak_precision(recipe("amp")), peak_precision(recipe("fp16-mixed"))
+    ('bf16', 'fp16')
+    """
+    if r.fp8_gemms:
+        return "fp8"
+    if r.compute != 2:
+        raise ValueError(f"recipe {r.name!r} computes in fp32, which the GPU table has no peak "
+                         "for; accepted for a time to train: a recipe computing in bf16, fp16 or "
+                         "fp8")
+    return "fp16" if r.name.startswith("fp16") else "bf16"
 
 
 class ShapeNeeded(ValueError):
@@ -239,6 +286,13 @@ class Run:
     #: the training choices the run did not give, filled from defaults: "recipe",
     #: "implementation", "optimizer_impl" (set when the Run is made)
     assumed: tuple[str, ...] = ()
+    #: memory no formula counts (CUDA context, cuBLAS workspaces, NCCL buffers, the allocator's
+    #: fragmentation), added to the step's peak for :attr:`Estimate.fits`; 0 unless given
+    overhead: Bytes = Bytes(0)
+    #: tokens and MFU, for the time to train (needs a GPU kind for its peak); None: no time
+    budget: Budget | None = None
+    #: GPUs on one node, for the host memory offload needs per node; None: per device only
+    gpus_per_node: int | None = None
 
     def __post_init__(self) -> None:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
@@ -246,6 +300,14 @@ class Run:
                 raise ValueError(f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
         if self.gpu is not None and not isinstance(self.gpu, Gpu):
             raise ValueError(f"gpu must be a Gpu or None, got {self.gpu!r}")
+        if not isinstance(self.overhead, Bytes) or self.overhead.n < 0:
+            raise ValueError(f"overhead must be a Bytes of 0 or more, e.g. parse_bytes('2GiB'), "
+                             f"got {self.overhead!r}")
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ValueError(f"budget must be a Budget or None, got {self.budget!r}")
+        if self.gpus_per_node is not None:
+            object.__setattr__(self, "gpus_per_node",
+                               positive_int("gpus_per_node", self.gpus_per_node))
         lay, batch = self.layout, self.batch
         if not isinstance(self.model, ModelShape):  # then a parameter count, such as 7e9
             object.__setattr__(self, "model", positive_int("model (a ModelShape or a parameter "
@@ -255,6 +317,12 @@ class Run:
         if not self.training.resolved:
             object.__setattr__(self, "training", training)
             object.__setattr__(self, "assumed", assumed)
+        _check_offload(self.training)
+        if self.budget is not None:
+            if self.gpu is None or self.gpu.kind is None:
+                raise ValueError("a time to train needs a GPU kind for its peak FLOP/s; accepted: "
+                                 f"gpu one of {', '.join([*GPUS, *GPU_ALIASES])}")
+            _accelerator(self.gpu.kind).peak(peak_precision(recipe(self.training.recipe)))
         if self.shape is None:
             return
         model, t = self.model, self.training
@@ -284,6 +352,31 @@ class Run:
     def params(self) -> int:
         """Parameters of the whole model."""
         return param_count(self.model) if isinstance(self.model, ModelShape) else self.model
+
+
+def _check_offload(t: Training) -> None:
+    """Offload as the frameworks offer it (:data:`trainmath.sharding.OFFLOADS`): ZeRO-Offload
+    builds on ZeRO-2 (Ren et al. 2021, §4), so "optimizer" needs stage 2 or 3 and a recipe with
+    an optimizer-only offload (FSDP2 has none); "parameters" needs stage 3 (ZeRO-Infinity,
+    FSDP2's CPUOffloadPolicy). Megatron-LM's persistent fp32 gradient buffer is not modelled
+    with offload."""
+    if t.offload == "none":
+        return
+    if recipe(t.recipe).persistent_gradients:
+        raise ValueError(f"offload {t.offload!r} with recipe {t.recipe!r} (Megatron-LM's persistent "
+                         "fp32 gradient buffer) is not modelled; accepted: offload 'none', or a "
+                         "ZeRO recipe (bf16-mixed, deepspeed, fsdp2, ...)")
+    if t.offload == "optimizer":
+        if t.recipe == "fsdp2":
+            raise ValueError("offload 'optimizer' with recipe 'fsdp2': FSDP2 has no optimizer-only "
+                             "offload (CPUOffloadPolicy moves the sharded parameters, gradients and "
+                             "the step); accepted: offload 'parameters'")
+        if t.zero_stage < 2:
+            raise ValueError(f"offload 'optimizer' needs ZeRO stage 2 or 3 (ZeRO-Offload builds on "
+                             f"ZeRO-2), got stage {t.zero_stage}; accepted: stage 2 or 3")
+    elif t.zero_stage != 3:
+        raise ValueError(f"offload 'parameters' (params) needs ZeRO stage 3 (sharded parameters), "
+                         f"got stage {t.zero_stage}; accepted: stage 3")
 
 
 def _check_count_only(lay: Layout, batch: Batch) -> None:
@@ -322,11 +415,18 @@ def run(
     global_batch: int | None = None,
     gpu: str | None = None,
     gpu_memory: Bytes | str | None = None,
+    offload: str = "none",
+    overhead: Bytes | str = Bytes(0),
+    tokens: int | None = None,
+    mfu: float | None = None,
+    gpus_per_node: int | None = None,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
-    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`); not both. What is
-    left None the Run fills from the model's and the recipe's defaults (:class:`Training`).
+    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`), which overrides
+    the kind's memory when both are given; ``overhead`` an amount too. ``tokens`` and ``mfu``
+    go together (:class:`Budget`). What is left None the Run fills from the model's and the
+    recipe's defaults (:class:`Training`).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -334,22 +434,61 @@ def run(
     """
     if isinstance(model, str):
         model = preset(model)
-    if gpu is not None and gpu_memory is not None:
-        raise ValueError(f"give gpu (a kind, {gpu!r}) or gpu_memory (an amount, {gpu_memory!r}), "
-                         "not both")
     if isinstance(gpu_memory, str):
         gpu_memory = parse_bytes(gpu_memory)
+    if isinstance(overhead, str):
+        overhead = parse_bytes(overhead)
+    if (tokens is None) != (mfu is None):
+        given, missing = ("tokens", "mfu") if mfu is None else ("mfu", "tokens")
+        raise ValueError(f"{given} needs {missing} as well: a time to train needs both the tokens "
+                         "and the MFU assumed")
     return Run(
         model=model,
         training=Training(recipe, optimizer, zero_stage, recompute, implementation, mlp_kernel,
-                          attention, optimizer_impl),
+                          attention, optimizer_impl, offload),
         layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
+        overhead=overhead,
+        budget=None if tokens is None else Budget(tokens, mfu),
+        gpus_per_node=gpus_per_node,
     )
 
 
 # -- the estimate -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingTime:
+    """Time to train a :class:`Run` on its :class:`Budget`: tokens × FLOPs per token ÷ (MFU ×
+    GPUs × the dense peak of one), :func:`trainmath.compute.time_to_train`."""
+
+    tokens: int
+    mfu: float
+    #: model FLOPs per trained token: 6N + 12·L·h·s with a shape and a sequence length (PaLM,
+    #: Chowdhery et al. 2022, Appendix B; :func:`trainmath.compute.flops_per_token`), else 6N
+    #: over all parameters (Kaplan et al. 2020, §2.1)
+    flops_per_token: int
+    #: how ``flops_per_token`` was counted, in words, with its source
+    counted: str
+    peak: Peak
+    gpus: int
+    seconds: float
+
+    @property
+    def total_flops(self) -> int:
+        """Model FLOPs of the whole training: tokens × FLOPs per token."""
+        return self.tokens * self.flops_per_token
+
+    @property
+    def gpu_hours(self) -> float:
+        """GPUs × hours: what a cloud bill counts."""
+        return self.seconds * self.gpus / 3600
+
+    @property
+    def tokens_per_second(self) -> float:
+        """The throughput the MFU means, over all the run's GPUs."""
+        return self.tokens / self.seconds
+
+
 @dataclass(frozen=True)
 class Estimate:
     """Memory on the fullest device of a :class:`Run`, and what it depends on.
@@ -374,6 +513,12 @@ class Estimate:
     peak_stage: int = 0
     #: what each stage's device saves for backward, tensor by tensor (None without a sequence)
     saved: tuple[StageActivations | None, ...] = ()
+    #: ZeRO-3/FSDP's unsharded units on the peak's stage (None below stage 3)
+    gathered: GatheredUnits | None = None
+    #: host (CPU) memory one device's offloaded model states need (0 without offload)
+    host: Bytes = Bytes(0)
+    #: with a :class:`Budget`: FLOPs per token, time to train, GPU-hours
+    time: TrainingTime | None = None
 
     @property
     def training(self) -> Training:
@@ -413,9 +558,36 @@ class Estimate:
         return self.run.layout.gpus
 
     @property
+    def overhead(self) -> Bytes:
+        """What no formula counts, as the run gives it (:attr:`Run.overhead`)."""
+        return self.run.overhead
+
+    @property
+    def needed(self) -> Bytes:
+        """The step's :attr:`peak` plus the :attr:`overhead`: what :attr:`fits` compares."""
+        return self.peak.bytes + self.run.overhead
+
+    @property
     def fits(self) -> bool | None:
-        """Whether the step's :attr:`peak` fits the run's GPU memory; None without a GPU."""
-        return None if self.run.gpu is None else self.peak.bytes <= self.run.gpu.memory
+        """Whether the step's :attr:`peak` and the run's overhead fit the GPU's memory; None
+        without a GPU."""
+        return None if self.run.gpu is None else self.needed <= self.run.gpu.memory
+
+    @property
+    def host_per_node(self) -> Bytes | None:
+        """:attr:`host` times the GPUs on a node (at most the run's GPUs), None when the run
+        does not say how many GPUs a node has. Every device is counted as the fullest one."""
+        n = self.run.gpus_per_node
+        return None if n is None else self.host * min(n, self.gpus)
+
+    def gathered_at_peak(self) -> tuple[int, Bytes]:
+        """Decoder-layer units held unsharded at the step's peak, and their bytes with the
+        root's (FSDP2) or the LM head's (other ZeRO-3 engines); (0, 0 B) below stage 3."""
+        g = self.gathered
+        held = self.peak.peak.as_dict().get("gathered parameters", Bytes(0))
+        if g is None or not held.n:
+            return 0, held
+        return int((held - g.root).n / g.layer.n) if g.layer.n else 0, held
 
     def parts(self) -> dict[str, Bytes | None]:
         """Each kind of memory on the fullest device, activations None when not counted."""
@@ -431,12 +603,18 @@ class Estimate:
                       "master_weights": d.master_weights, "optimizer_states": d.optimizer_states,
                       "activations": self.activations, "total": self.total}
         top = self.peak.peak
+        g, (units, held) = self.gathered, self.gathered_at_peak()
+        time = self.time
         return {
             "params": self.params,
             "per_device": {k: _whole(v) for k, v in per_device.items()},
             "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
                      "pipeline_stage": self.peak_stage,
-                     "parts": {k.replace(" ", "_"): _whole(v) for k, v in top.as_dict().items()}},
+                     "parts": {k.replace(" ", "_"): _whole(v) for k, v in top.as_dict().items()},
+                     "gathered": None if g is None else {
+                         "unit_bytes": _whole(g.layer), "prefetch": g.prefetch,
+                         "units_at_peak": units, "root_bytes": _whole(g.root),
+                         "bytes_at_peak": _whole(held)}},
             "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
             "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
             "pipeline_stage": self.pipeline_stage,
@@ -444,6 +622,15 @@ class Estimate:
             "pipeline_bubble": None if self.bubble is None else float(self.bubble),
             "gpus": self.gpus,
             "fits": self.fits,
+            "overhead": _whole(self.overhead),
+            "needed": _whole(top.total) + _whole(self.overhead),
+            "host": {"per_device": _whole(self.host), "per_node": _whole(self.host_per_node)},
+            "time": None if time is None else {
+                "flops_per_token": time.flops_per_token, "counted": time.counted,
+                "total_flops": time.total_flops, "peak_flops_per_gpu": time.peak.flops,
+                "peak": time.peak.describe(), "seconds": time.seconds,
+                "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
+                "tokens_per_second": time.tokens_per_second},
             "inputs": {
                 "model": None if shape is None else shape.name,
                 "shape": None if shape is None else {
@@ -460,6 +647,11 @@ class Estimate:
                 "assumed": list(r.assumed),
                 "gpu": None if r.gpu is None else r.gpu.kind,
                 "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
+                "offload": t.offload,
+                "overhead": _whole(r.overhead),
+                "gpus_per_node": r.gpus_per_node,
+                "tokens": None if r.budget is None else r.budget.tokens,
+                "mfu": None if r.budget is None else float(r.budget.mfu),
             },
         }
 
@@ -488,8 +680,10 @@ def estimate(run: Run) -> Estimate:
             stage=0, params=run.params, zero_stage=t.zero_stage, zero_group=lay.zero_group,
             weights=s.weights, gradients=s.gradients, master_weights=s.master_weights,
             optimizer_states=s.optimizer_states, activations=Bytes(0))
-        peak = _step_peak(_count_only_inputs(run, r, per, device))
-        return Estimate(run, (device,), device, None, None, None, peak)
+        peak = _step_peak(_offloaded_inputs(_count_only_inputs(run, r, per, device), t.offload))
+        device, host = _offloaded(device, r, t.offload)
+        return Estimate(run, (device,), device, None, None, None, peak, host=host,
+                        time=_time(run))
     m = None
     bubble = None
     if batch.global_batch is not None:
@@ -505,9 +699,75 @@ def estimate(run: Run) -> Estimate:
     fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
     if fsdp2:  # FSDP2's exact shards of rank 0, the fullest, padding included
         stages = (_fsdp2_device(shape, lay, t, stages[0]),)
-    peaks = [_step_peak(_stage_inputs(run, r, per, d, a, fsdp2)) for d, a in zip(stages, stage_acts)]
+    inputs = [_offloaded_inputs(_stage_inputs(run, r, per, d, a, fsdp2), t.offload)
+              for d, a in zip(stages, stage_acts)]
+    peaks = [_step_peak(i) for i in inputs]
     top = max(range(len(peaks)), key=lambda i: (peaks[i].bytes, -i))
-    return Estimate(run, stages, fullest(stages), layer, m, bubble, peaks[top], top, stage_acts)
+    moved = [_offloaded(d, r, t.offload) for d in stages]
+    stages = tuple(d for d, _ in moved)
+    device = fullest(stages)
+    return Estimate(run, stages, device, layer, m, bubble, peaks[top], top, stage_acts,
+                    inputs[top].gathered, moved[device.stage][1], _time(run))
+
+
+def _offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, Bytes]:
+    """``d`` with its offloaded states moved out, and the host bytes they need.
+
+    "optimizer" (ZeRO-Offload, Ren et al. 2021, §4: built on ZeRO-2): the master weights, the
+    optimizer states and the gradient partition move, the gradients in the master weights'
+    format (fp32 for mixed precision, ``initialize_optimizer_states`` in DeepSpeed's
+    ``stage_1_and_2.py``), as :func:`trainmath.sharding.fsdp_memory` counts them; the 16-bit
+    weights stay. "parameters" (ZeRO-Infinity, Rajbhandari et al. 2021; FSDP2's
+    ``CPUOffloadPolicy``): the weights' shards move too; the GPU keeps the gathered units.
+    DeepSpeed's own estimate (``estimate_zero3_model_states_mem_needs`` in
+    ``deepspeed/runtime/zero/stage3.py``) gives the same 16 and 18 bytes per parameter of host
+    memory, before its allowance of 1.5 times that for buffers.
+    """
+    zero = Bytes(0)
+    if offload == "none":
+        return d, zero
+    grads = Bytes(Fraction(d.params * max(r.gradients, r.master_weights), d.zero_group))
+    host = grads + d.master_weights + d.optimizer_states
+    if offload == "optimizer":
+        return replace(d, gradients=zero, master_weights=zero, optimizer_states=zero), host
+    return (replace(d, weights=zero, gradients=zero, master_weights=zero, optimizer_states=zero),
+            host + d.weights)
+
+
+def _offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
+    """A step's inputs with the offloaded states gone from the GPU: the optimizer step runs on
+    the CPU (no states, step counters, fp32 gradients or temporaries on the GPU) and each
+    gradient partition leaves as it is reduced; with "parameters" the weights' shards leave
+    too. Transient GPU buffers (unsharded units and gradients, reduce-scatter inputs) stay;
+    DeepSpeed's reduce buckets and pinned staging buffers are not counted."""
+    if offload == "none":
+        return i
+    zero = Bytes(0)
+    g = i.gathered
+    return replace(i, master_weights=zero, optimizer_states=zero, step_counters=zero,
+                   persistent_gradients=zero, backward_gradients=zero, step_gradients=zero,
+                   temporaries=zero, weights=zero if offload == "parameters" else i.weights,
+                   gathered=None if g is None else replace(g, layer_sharded_grads=zero))
+
+
+def _time(run: Run) -> TrainingTime | None:
+    """The :class:`TrainingTime` of a run with a :class:`Budget` (checked when it was made)."""
+    if run.budget is None:
+        return None
+    shape, t, s = run.shape, run.training, run.batch.seq_len
+    peak = _accelerator(run.gpu.kind).peak(peak_precision(recipe(t.recipe)))
+    if shape is not None and s is not None:
+        fpt = flops_per_token(shape, s, t.recompute).model
+        counted = ("6N + 12·L·h·s, N the weights of the matrix multiplies (Chowdhery et al. 2022, "
+                   "PaLM, Appendix B)")
+    else:
+        fpt = 6 * run.params
+        counted = ("6N, N all parameters (Kaplan et al. 2020, §2.1); the attention term needs a "
+                   "shape and a sequence length")
+    gpus = run.layout.gpus
+    seconds = time_to_train(run.budget.tokens, fpt, gpus, peak, float(run.budget.mfu))
+    return TrainingTime(run.budget.tokens, float(run.budget.mfu), fpt, counted, peak, gpus,
+                        seconds)
 
 
 def _activations(shape: ModelShape, lay: Layout, t: Training, r: Recipe, batch: Batch,

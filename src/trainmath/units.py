@@ -87,6 +87,10 @@ class Bytes:
 
     def __post_init__(self) -> None:
         n = self.n
+        if type(n) is int:  # the common case, checked first: planners make millions
+            if n < 0:
+                raise ValueError(f"Bytes cannot be negative, got {n}")
+            return
         if isinstance(n, bool) or not isinstance(n, (int, Fraction)):
             raise ValueError(f"Bytes needs an int or Fraction count of bytes, got {n!r}")
         if n < 0:
@@ -130,7 +134,7 @@ class Bytes:
 
     # -- arithmetic -----------------------------------------------------------------
     def __add__(self, other: Bytes) -> Bytes:
-        if isinstance(other, Bytes):
+        if type(other) is Bytes or isinstance(other, Bytes):
             return Bytes(self.n + other.n)
         if other == 0:  # lets sum() start from 0
             return self

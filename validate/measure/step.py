@@ -125,13 +125,18 @@ def _process_group(dp: int, rank: int):
 
 def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
                  foreach: bool = False, dp: int = 1, rank: int = 0,
-                 layers: int | None = None, fake: bool = True, observer=None) -> dict:
+                 layers: int | None = None, fake: bool = True, observer=None,
+                 device: str = "cpu") -> dict:
     """Run two training steps of ``model`` with ``recipe``; return the states and the peaks.
 
     ``fake=False`` runs on real tensors (small shapes only: the tests compare the two);
     ``observer(model, optimizer)``, if given, returns a context manager entered around the
-    second step (the tests pass PyTorch's MemTracker to check the peak).
+    second step (the tests pass PyTorch's MemTracker to check the peak). ``device="cuda"``
+    (real tensors only) builds the model and the batch on the GPU and autocasts there
+    (``python -m validate.gpu``).
     """
+    if device != "cpu" and (fake or dp > 1):
+        raise ValueError(f"device={device!r} runs real tensors on one device: fake=False, dp=1")
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)}")
     if (recipe == "fsdp2-bf16") != (dp > 1):
@@ -139,7 +144,8 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
     shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
     param_dtype, autocast = _recipe_dtypes(recipe)
     fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
-    with _process_group(dp, rank) as mesh, fake_mode:
+    on_device = torch.device(device) if device != "cpu" else contextlib.nullcontext()
+    with _process_group(dp, rank) as mesh, fake_mode, on_device:
         torch.manual_seed(0)
         net = build(implementation, shape, param_dtype, layers)
         if recipe == "fsdp2-bf16":
@@ -196,7 +202,7 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
                         watching = observer(net, opt)
                 with watching:
                     _one_step(net, recipe, params, master, opt, tokens, targets, autocast,
-                              tracker)
+                              tracker, device)
             tracker.set_phase("after step")
             states = _states(params, master, opt, main_grads)
             alive_after = tracker.now()
@@ -220,10 +226,11 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
     return result
 
 
-def _one_step(net, recipe, params, master, opt, tokens, targets, autocast, tracker) -> None:
+def _one_step(net, recipe, params, master, opt, tokens, targets, autocast, tracker,
+              device: str = "cpu") -> None:
     """Forward, backward and the recipe's optimizer step, with the phases marked."""
     tracker.set_phase("forward")
-    cast = torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext()
+    cast = torch.autocast(device, dtype=autocast) if autocast else contextlib.nullcontext()
     with torch.autograd.graph.saved_tensors_hooks(_tag_saved(tracker), lambda x: x), cast:
         loss = loss_of(net, tokens, targets)
     tracker.set_phase("backward")
