@@ -37,7 +37,7 @@ def test_the_form_has_every_option_of_the_command_and_its_choices():
     shown = {flag for f in fields.values() for flag in f.flags}
     assert shown == options
     assert fields["model"].choices == tuple(models.PRESETS)
-    assert fields["gpu"].choices == tuple(compute.GPUS)
+    assert fields["gpu"].choices == (*compute.GPUS, *compute.GPU_ALIASES)
     assert fields["recompute"].choices == tuple(activations.RECOMPUTE_KINDS)
     assert set(memory.RECIPES) <= set(fields["recipe"].choices)
     assert fields["dropout"].kind == "switch" and fields["sequence-parallel"].kind == "flag"
@@ -90,13 +90,13 @@ def test_errors_are_placed_beside_the_field_they_name():
 
 
 def _parser_with_a_planner():
-    """The command's parser with a second subcommand, as a planner branch might add one: a
-    positional, a PATH option (a pasted config), a list, and output this module does not draw."""
+    """The command's parser with one more subcommand, as a later branch might add one: a
+    positional, a PATH option (a pasted config), a list, and no --json."""
     parser = cli.build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    plan = sub.add_parser("plan", help="layouts that fit")
-    plan.add_argument("gpus", type=int, help="GPUs to plan for")
-    group = plan.add_argument_group("model")
+    sketch = sub.add_parser("sketch", help="a subcommand to come")
+    sketch.add_argument("gpus", type=int, help="GPUs to plan for")
+    group = sketch.add_argument_group("model")
     group.add_argument("--config", metavar="PATH", help="a Hugging Face config.json")
     group.add_argument("--stages", type=int, nargs="+", help="zero stages to try")
     return parser
@@ -104,16 +104,16 @@ def _parser_with_a_planner():
 
 def test_a_new_subcommand_gets_its_own_form(tmp_path, monkeypatch):
     parser = _parser_with_a_planner()
-    assert [f.command for f in forms(parser)] == ["estimate", "plan"]
-    plan = forms(parser)[1]
-    fields = {f.name: f for g in plan.groups for f in g.fields}
+    assert [f.command for f in forms(parser)][-1] == "sketch"
+    sketch = forms(parser)[-1]
+    fields = {f.name: f for g in sketch.groups for f in g.fields}
     assert fields["config"].kind == "file" and "PATH" in FILE_METAVARS
     assert fields["gpus"].kind == "positional" and fields["stages"].many
     monkeypatch.chdir(tmp_path)
-    argv = to_argv("plan", [("config", '{"hidden_size": 8}'), ("stages", "1 3"), ("gpus", "8")],
+    argv = to_argv("sketch", [("config", '{"hidden_size": 8}'), ("stages", "1 3"), ("gpus", "8")],
                    parser)
-    # no --json: this planner has none (the calculator passes it only where there is one)
-    assert argv == ["plan", "--config", "config.json", "--stages", "1", "3", "8"]
+    # no --json: this one has none (the calculator passes it only where there is one)
+    assert argv == ["sketch", "--config", "config.json", "--stages", "1", "3", "8"]
     assert (tmp_path / "config.json").read_text() == '{"hidden_size": 8}'
 
 
@@ -130,11 +130,24 @@ def test_the_page_has_a_tab_per_subcommand(monkeypatch):
     ext = _extension()
     monkeypatch.setattr(ext, "runtime_bytes", lambda: 13_500_000)
     one = ext.calculator_html(["estimate --model llama-3-8b --dp 8 --sequence-parallel"])
-    assert 'role="tab"' not in one and 'data-command="estimate"' in one
+    assert one.count('role="tab"') == len(forms()) and 'data-command="estimate"' in one
     assert '<option value="llama-3-8b" selected>' in one and 'value="8"' in one
     assert 'name="sequence-parallel" value="on" checked' in one
-    two = ext.calculator_html(["estimate --params 7e9"], _parser_with_a_planner())
-    assert two.count('role="tab"') == 2 and 'id="tm-calc-panel-plan"' in two
-    assert '<textarea id="tm-calc-plan-config" name="config"' in two
+    more = ext.calculator_html(["estimate --params 7e9"], _parser_with_a_planner())
+    assert more.count('role="tab"') == len(forms()) + 1 and 'id="tm-calc-panel-sketch"' in more
+    assert '<textarea id="tm-calc-sketch-config" name="config"' in more
     with pytest.raises(Exception):
         ext.calculator_html(["estimate --dp 0"])  # an example the command refuses
+
+
+def test_the_planner_tab_gets_what_the_command_prints():
+    args = ["--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "4096",
+            "--global-batch", "64"]
+    command, values = form_values(["plan", *args])
+    out = json.loads(calculate(command, json.dumps(values)))
+    ran = subprocess.run([sys.executable, "-m", "trainmath", "plan", *args, "--json"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert (out["status"], out["stdout"]) == (ran.returncode, ran.stdout) == (0, ran.stdout)
+    text = subprocess.run([sys.executable, "-m", "trainmath", "plan", *args],
+                          capture_output=True, text=True, cwd=ROOT).stdout
+    assert out["html"].startswith('<pre class="tm-calc-text"') and text.splitlines()[0] in out["html"]

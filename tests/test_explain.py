@@ -20,6 +20,14 @@ RUNS = {
     "fsdp2 uneven": dict(model="llama-2-7b", seq_len=2048, dp=3, recipe="fsdp2"),
     "pp 2": dict(model="llama-2-7b", seq_len=4096, pp=2),
     "too small": dict(model="llama-3-8b", seq_len=8192, gpu_memory="24GB"),
+    "offload optimizer, overhead": dict(model="llama-3-8b", seq_len=4096, dp=8, zero_stage=2,
+                                        offload="optimizer", gpu="h100-sxm", overhead="3GB"),
+    "offload parameters": dict(model="llama-3-8b", seq_len=4096, dp=8, zero_stage=3,
+                               offload="parameters", gpus_per_node=8),
+    "fsdp2 offload": dict(model="llama-3-8b", seq_len=4096, dp=8, recipe="fsdp2",
+                          offload="parameters"),
+    "time": dict(model="llama-3-8b", seq_len=4096, dp=8, gpu="h100-sxm", tokens=15 * 10**12,
+                 mfu=0.4),
 }
 
 
@@ -33,16 +41,22 @@ def test_every_figure_has_its_arithmetic_and_the_formula_gives_it(name):
     est = _estimate(RUNS[name])
     terms = {t.name: t for t in explain(est)}
     kinds = ["weights", "gradients", "master weights", "optimizer states"]
-    expected = kinds + (["activations"] if est.activations is not None else []) + [
-        "total", "peak of a step"] + (["fits"] if est.fits is not None else [])
+    offload = est.training.offload != "none"
+    expected = kinds + (["activations"] if est.activations is not None else []) + (
+        ["host memory"] if offload else []) + ["total", "peak of a step"] + (
+        ["fits"] if est.fits is not None else []) + (["time to train"] if est.time else [])
     assert list(terms) == expected
     for label, amount in est.parts().items():
         if amount is not None:
             assert terms[label].value == amount
+    if offload:
+        assert terms["host memory"].value == est.host
+        moved = [k for k in kinds if "host memory" in terms[k].arithmetic]
+        assert moved and all(terms[k].value.n == 0 for k in moved)
     assert terms["total"].value == est.total
     assert terms["peak of a step"].value == est.peak.bytes
     for t in terms.values():
-        assert t.link.split("#")[0].removesuffix(".html") in (
+        assert t.link.split("#")[0].removesuffix(".html") in (  # pages of this site
             "memory-math", "zero-fsdp", "distributed-training", "how-we-know", "cli")
         padded = t.name in kinds and "FSDP2 pads" in t.note
         if t.formula_value is not None and not padded:

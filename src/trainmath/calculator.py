@@ -364,6 +364,17 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
     rows.append(f'<tr class="tm-calc-peak"><th scope="row">'
                 f'peak of a step</th><td>{_gb(peak["bytes"])}</td><td>{_gib(peak["bytes"])}'
                 "</td></tr>")
+    if data.get("overhead"):  # what no formula counts, as given (--overhead)
+        for label, n in (("overhead", data["overhead"]), ("peak + overhead", data["needed"])):
+            rows.append(f'<tr><th scope="row">{label}</th><td>{_gb(n)}</td><td>{_gib(n)}</td>'
+                        "</tr>")
+    host = data.get("host") or {}
+    if host.get("per_device"):  # offload: CPU memory
+        for label, n in (("CPU memory per device", host["per_device"]),
+                         ("CPU memory per node", host.get("per_node"))):
+            if n is not None:
+                rows.append(f'<tr><th scope="row">{label}</th><td>{_gb(n)}</td>'
+                            f"<td>{_gib(n)}</td></tr>")
     table = (f'<table class="tm-calc-table"><caption>Per device{_e(where)}</caption><thead><tr>'
              '<th scope="col">memory</th><th scope="col">GB</th><th scope="col">GiB</th></tr>'
              f'</thead><tbody>{"".join(rows)}</tbody></table>')
@@ -375,23 +386,42 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
         gpu = est.run.gpu
         what = (f"one {gpu.name} ({Bytes(capacity).format('MiB', 0)} = {_gb(capacity)}, as "
                 "nvidia-smi reports it)" if gpu.kind else _gb(capacity))
+        needed = data.get("needed", peak["bytes"])
+        at = "the peak" + (" with the overhead" if data.get("overhead") else "")
         if data["fits"]:
-            verdict = f"yes, {_gb(capacity - peak['bytes'])} to spare at the peak"
+            verdict = f"yes, {_gb(capacity - needed)} to spare at {at}"
         else:
-            verdict = f"no, {_gb(peak['bytes'] - capacity)} over at the peak"
+            verdict = f"no, {_gb(needed - capacity)} over at {at}"
         fits = (f'<p class="tm-calc-fits" data-fits="{str(data["fits"]).lower()}">Fits in '
                 f"{_e(what)}: <strong>{_e(verdict)}</strong>.</p>")
     parts = {k.replace("_", " "): v for k, v in peak["parts"].items()}
     alt = ("What is alive at the peak: " + ", ".join(f"{k} {_gb(v)}" for k, v in parts.items())
            + (f"; the GPU holds {_gb(capacity)}" if capacity else ""))
     bar = _bar(parts, capacity, alt)
+    time = data.get("time")
+    if time:
+        fits += (f"<p>Time to train: <strong>{time['days']:,.1f} days</strong>, "
+                 f"{time['gpu_hours']:,.0f} GPU-hours, {time['tokens_per_second']:,.0f} tokens/s "
+                 f"({_e(time['peak'])}).</p>")
     terms = _terms_html(explain(est))
+    text = _e(cli.render(est))  # the command's own table, as a terminal shows it
     return (f"{head}{table}{when}{fits}<h3>At the peak</h3>{bar}"
-            f'<h3>Show the arithmetic</h3><div class="tm-calc-terms">{terms}</div>')
+            f'<h3>Show the arithmetic</h3><div class="tm-calc-terms">{terms}</div>'
+            f'<details class="tm-calc-text-box"><summary>What <code>trainmath estimate</code> '
+            f'prints (without <code>--json</code>)</summary><pre class="tm-calc-text" '
+            f'tabindex="0">{text}</pre></details>')
 
 
-#: How the calculator draws each subcommand's JSON; others show it as it is.
-RENDERERS: dict[str, Callable[[Sequence[str], str], str]] = {"estimate": render_estimate}
+def render_text(argv: Sequence[str], stdout: str) -> str:
+    """The command's own table for ``argv``: the same command run again without ``--json``
+    (for a subcommand, such as ``plan``, whose JSON is for scripts rather than for reading)."""
+    text = run_command([a for a in argv if a != "--json"]).stdout
+    return f'<pre class="tm-calc-text" tabindex="0">{_e(text)}</pre>'
+
+
+#: How the calculator draws each subcommand's output; others show their JSON as it is.
+RENDERERS: dict[str, Callable[[Sequence[str], str], str]] = {"estimate": render_estimate,
+                                                            "plan": render_text}
 
 
 def calculate(command: str, values_json: str, parser: argparse.ArgumentParser | None = None

@@ -47,6 +47,8 @@ LINKS = {
     "pipeline": "distributed-training.html#pipelines-hold-more-than-one-micro-batch",
     "peak": "how-we-know.html#the-peak-of-a-step",
     "fits": "cli.html#will-it-fit",
+    "offload": "zero-fsdp.html#cpu-offload-what-moves-and-what-stays",
+    "time": "cli.html#beyond-the-states-zero-3s-units-overhead-offload-and-time",
 }
 
 _ZERO = "Rajbhandari et al. 2020 (ZeRO), §5.1–5.3"
@@ -180,6 +182,11 @@ def explain(est: Estimate) -> tuple[Term, ...]:
     per = bytes_per_param(t.recipe, t.optimizer)
     P, n, z = d.params, d.zero_group, t.zero_stage
     fsdp2 = r.name == "fsdp2"
+    offload = t.offload if hasattr(t, "offload") else "none"
+    before = _before_offload(est, per, P, n, z)
+    device_values = (d.weights, d.gradients, d.master_weights, d.optimizer_states)
+    if offload != "none":  # the formula's amounts; those moved to the host are 0 on the GPU
+        d = _Kinds(*before)
     terms = [
         _state("weights", per.weights, P, n, z >= 3, d.weights, "w",
                f"weight bytes in recipe {r.name}", fsdp2, LINKS["states"], z, 3),
@@ -189,6 +196,8 @@ def explain(est: Estimate) -> tuple[Term, ...]:
         _state("optimizer states", per.optimizer_states, P, n, z >= 1, d.optimizer_states, "o",
                f"{t.optimizer}'s states in recipe {r.name}", fsdp2, LINKS["states"], z, 1),
     ]
+    if offload != "none":
+        terms = [_moved(x, on_gpu, offload) for x, on_gpu in zip(terms, device_values)]
     if P != est.params:
         where = f"tp {lay.tp}" + (f", pipeline stage {d.stage} of {lay.pp}" if lay.pp > 1 else "")
         terms = [Term(x.name, x.formula, ((x.inputs[0][0], x.inputs[0][1] + f" of {est.params:,} "
@@ -200,6 +209,8 @@ def explain(est: Estimate) -> tuple[Term, ...]:
         terms.append(acts)
     parts = [x for x in terms]
     total = sum((x.value.n for x in parts), Fraction(0))
+    if offload != "none":
+        terms.append(_host(est, per, P, n, before, offload))
     terms.append(Term(
         "total", " + ".join(x.name for x in parts), (),
         " + ".join(_b(x.value.n) for x in parts) + f" = {_b(total)}", est.total, Bytes(total),
@@ -223,10 +234,84 @@ def explain(est: Estimate) -> tuple[Term, ...]:
         name = run.gpu.name or "the device"
         verdict = "fits" if est.fits else "does not fit"
         rel = "≤" if est.fits else ">"
+        extra = getattr(run, "overhead", Bytes(0))
+        if extra.n:  # what no formula counts, as given (--overhead)
+            over = Bytes(math.ceil(extra.n))
+            formula = "peak + overhead ≤ memory"
+            inputs = (("peak", _b(peak.n)), ("overhead", f"as given: {_b(over.n)}"),
+                      ("memory", f"{name}: {_b(cap.n)}"))
+            arithmetic = (f"{_b(peak.n)} + {_b(over.n)} = {_b(peak.n + over.n)} {rel} "
+                          f"{_b(cap.n)}: {verdict}")
+        else:
+            formula = "peak ≤ memory"
+            inputs = (("peak", _b(peak.n)), ("memory", f"{name}: {_b(cap.n)}"))
+            arithmetic = f"{_b(peak.n)} {rel} {_b(cap.n)}: {verdict}"
         terms.append(Term(
-            "fits", "peak ≤ memory",
-            (("peak", _b(peak.n)), ("memory", f"{name}: {_b(cap.n)}")),
-            f"{_b(peak.n)} {rel} {_b(cap.n)}: {verdict}", None, None,
+            "fits", formula, inputs, arithmetic, None, None,
             "the usable memory nvidia-smi reports (trainmath.compute.GpuMemory)" if run.gpu.kind
             else "the memory given", LINKS["fits"]))
+    time = getattr(est, "time", None)
+    if time is not None:
+        terms.append(Term(
+            "time to train", "D × F ÷ (MFU × G × peak)",
+            (("D", f"tokens: {time.tokens:,}"),
+             ("F", f"FLOPs per token: {time.flops_per_token:,} ({time.counted})"),
+             ("MFU", f"assumed: {time.mfu:.1%}"), ("G", f"GPUs: {time.gpus:,}"),
+             ("peak", f"{time.peak.describe()}")),
+            f"{time.tokens:,} × {time.flops_per_token:,} ÷ ({time.mfu:g} × {time.gpus:,} × "
+            f"{time.peak.flops:.4g} FLOP/s) = {time.seconds:,.0f} s = {time.seconds / 86400:,.1f} "
+            f"days; {time.gpu_hours:,.0f} GPU-hours", None, None,
+            "trainmath.compute.time_to_train: Kaplan et al. 2020 (§2.1), Chowdhery et al. 2022 "
+            "(Appendix B)", LINKS["time"]))
     return tuple(terms)
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    weights: Bytes
+    gradients: Bytes
+    master_weights: Bytes
+    optimizer_states: Bytes
+
+
+def _before_offload(est: Estimate, per, P: int, n: int, z: int) -> tuple[Bytes, ...]:
+    """The four kinds on the device as the ZeRO formulas give them, before any offload."""
+    def share(x, sharded):
+        return Bytes(Fraction(x) * P / (n if sharded else 1))
+
+    return (share(per.weights, z >= 3),
+            share(per.gradients, z >= 2) + share(per.gradient_copy, z >= 1),
+            share(per.master_weights, z >= 1), share(per.optimizer_states, z >= 1))
+
+
+def _moved(x: Term, on_gpu: Bytes, offload: str) -> Term:
+    """A kind that offload moved to the host: 0 on the GPU, the formula's amount on the host."""
+    if on_gpu == x.value:
+        return x
+    return Term(x.name, f"0 on the GPU ({x.formula} in host memory)", x.inputs,
+                f"{x.arithmetic} in host memory (--offload {offload}); on the GPU: 0 B", on_gpu,
+                on_gpu, x.source + "; offload: Ren et al. 2021 (ZeRO-Offload), Rajbhandari et al. "
+                "2021 (ZeRO-Infinity)", LINKS["offload"], x.note)
+
+
+def _host(est: Estimate, per, P: int, n: int, before, offload: str) -> Term:
+    """The host memory offload needs per device: the gradient partition in the master weights'
+    format, the master weights and the optimizer states (and with "params" the weights)."""
+    r = recipe(est.run.training.recipe)
+    g = max(r.gradients, r.master_weights)
+    grads = Fraction(g) * P / n
+    got = grads + before[2].n + before[3].n
+    formula = "P × max(g, m) ÷ n + master weights + optimizer states"
+    arithmetic = (f"{P:,} × {g} B ÷ {n} + {_b(before[2].n)} + {_b(before[3].n)}")
+    if offload != "optimizer":
+        got += before[0].n
+        formula += " + weights"
+        arithmetic += f" + {_b(before[0].n)}"
+    return Term("host memory", formula,
+                (("P", f"parameters on this device: {P:,}"),
+                 ("g, m", f"gradient and master-weight bytes: {r.gradients} B and "
+                          f"{r.master_weights} B per parameter"),
+                 ("n", f"ZeRO group dp·cp: {n}")),
+                arithmetic + f" = {_b(got)}", est.host, Bytes(got),
+                "Ren et al. 2021 (ZeRO-Offload), §4; Rajbhandari et al. 2021 (ZeRO-Infinity); "
+                "DeepSpeed's estimate_zero3_model_states_mem_needs", LINKS["offload"])
