@@ -86,6 +86,7 @@ def test_errors_are_placed_beside_the_field_they_name():
     assert field_of("--no-dropout contradicts", form) == "dropout"
     assert field_of("seq_len 9000 is longer than", form) == "seq-len"
     assert field_of("something else entirely", form) is None
+    assert field_of("offload 'optimizer' needs ZeRO stage 2", form) == "offload"  # the first named
     assert run_command(["estimate", "--model", "nope", "--json"]).status == 2
 
 

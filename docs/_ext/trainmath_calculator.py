@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
 import shlex
 import shutil
 import subprocess
@@ -93,6 +94,14 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _help(f) -> str:
+    """The option's help; a select's list of choices, which the select shows, shortened."""
+    if f.kind == "choice" and f.choices:
+        listing = ", ".join(f.choices)
+        return re.sub(r"\b(one of:?|accepted:?) " + re.escape(listing), "one of the list", f.help)
+    return f.help
+
+
 def field_html(command: str, f, value: str) -> str:
     ident = f"tm-calc-{command}-{f.name}"
     help_id, error_id = f"{ident}-help", f"{ident}-error"
@@ -118,7 +127,7 @@ def field_html(command: str, f, value: str) -> str:
         checked = " checked" if value == "on" else ""
         return (f'<div class="tm-calc-field tm-calc-check"><input type="checkbox" id="{ident}" '
                 f'name="{_e(f.name)}" value="on"{checked} {described}>{label}'
-                f'<p class="tm-calc-help" id="{help_id}">{_e(f.help)}</p>'
+                f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>'
                 f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}"></p>'
                 "</div>")
     elif f.kind == "file":
@@ -130,7 +139,7 @@ def field_html(command: str, f, value: str) -> str:
                    f'{described}>')
     wide = " tm-calc-wide" if f.kind == "file" else ""
     return (f'<div class="tm-calc-field{wide}">{label}{control}'
-            f'<p class="tm-calc-help" id="{help_id}">{_e(f.help)}</p>'
+            f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>'
             f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}"></p></div>')
 
 

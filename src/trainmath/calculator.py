@@ -232,7 +232,7 @@ def run_command(argv: Sequence[str]) -> Outcome:
 
 def field_of(message: str, form: Form) -> str | None:
     """The field an error message is about: the first option it names (``--seq-len``), else
-    the first of the fields' names it mentions as a word (``seq_len``); None when neither."""
+    the field whose name it mentions first, as a word (``seq_len``); None when neither."""
     flags = {}
     for g in form.groups:
         for f in g.fields:
@@ -243,11 +243,13 @@ def field_of(message: str, form: Form) -> str | None:
     for token in re.findall(r"--[a-z][a-z0-9-]*", message):
         if token in flags:
             return flags[token]
+    found = []
     for g in form.groups:
         for f in g.fields:
-            if re.search(rf"(?<![\w-]){re.escape(f.name.replace('-', '_'))}(?![\w-])", message):
-                return f.name
-    return None
+            m = re.search(rf"(?<![\w-]){re.escape(f.name.replace('-', '_'))}(?![\w-])", message)
+            if m:
+                found.append((m.start(), f.name))
+    return min(found)[1] if found else None
 
 
 # -- output ---------------------------------------------------------------------------------------

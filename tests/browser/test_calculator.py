@@ -46,7 +46,14 @@ GOOD = [
      "--recompute", "full", "--no-dropout"],
     ["--model", "mistral-7b", "--seq-len", "4096", "--attention", "flash", "--optimizer", "sgd",
      "--tied-embeddings"],
+    ["--model", "llama-3-8b", "--seq-len", "4096", "--dp", "8", "--zero", "2", "--offload",
+     "optimizer", "--overhead", "3GB", "--gpu", "h100-sxm", "--gpus-per-node", "8"],
+    ["--model", "llama-3-8b", "--seq-len", "4096", "--dp", "8", "--gpu", "h100-sxm", "--tokens",
+     "15T", "--mfu", "0.4"],
 ]
+#: The planner's tab: the same comparison with ``trainmath plan --json``.
+PLAN = ["--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "4096",
+        "--global-batch", "64"]
 
 #: Bad input: (arguments, the field the message must stand beside).
 BAD = [
@@ -57,13 +64,14 @@ BAD = [
     (["--layers", "2", "--seq-len", "128"], "hidden"),
     (["--model", "llama-3-8b", "--gpu-memory", "lots"], "gpu-memory"),
     (["--params", "7e9", "--tp", "2"], "tp"),
+    (["--model", "llama-3-8b", "--zero", "1", "--offload", "optimizer"], "offload"),
     ([], "model"),
 ]
 
 
-def command(args: list[str]) -> subprocess.CompletedProcess:
-    """``trainmath estimate ARGS --json`` in a new process, as at a terminal."""
-    return subprocess.run([sys.executable, "-m", "trainmath", "estimate", *args, "--json"],
+def command(args: list[str], sub: str = "estimate") -> subprocess.CompletedProcess:
+    """``trainmath SUB ARGS --json`` in a new process, as at a terminal."""
+    return subprocess.run([sys.executable, "-m", "trainmath", sub, *args, "--json"],
                           capture_output=True, text=True, cwd=ROOT)
 
 
@@ -87,20 +95,24 @@ def open_page(driver, url: str) -> dict:
     return driver.execute_script("return document.getElementById('tm-calculator').tmTimings")
 
 
-def runs(driver) -> int:
+def runs(driver, sub: str = "estimate") -> int:
     return int(driver.execute_script(
-        "return document.querySelector('.tm-calc-result').dataset.runs || 0"))
+        f"return document.querySelector('.tm-calc-result[data-command={sub}]').dataset.runs || 0"))
 
 
-def fill(driver, args: list[str]) -> None:
-    """Clear the form, fill it with the command line ``args`` field by field, and submit."""
+def fill(driver, args: list[str], sub: str = "estimate") -> None:
+    """Clear the form of ``sub``'s tab, fill it with the command line ``args`` field by field,
+    and submit."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     from trainmath.calculator import form_values
 
-    _, values = form_values(["estimate", *args], check=False)
-    form = driver.find_element(By.CSS_SELECTOR, 'form.tm-calc-form[data-command="estimate"]')
+    tab = driver.find_elements(By.ID, f"tm-calc-tab-{sub}")
+    if tab and tab[0].get_attribute("aria-selected") != "true":
+        driver.execute_script("arguments[0].click()", tab[0])
+    _, values = form_values([sub, *args], check=False)
+    form = driver.find_element(By.CSS_SELECTOR, f'form.tm-calc-form[data-command="{sub}"]')
     driver.execute_script("""
       for (const el of arguments[0].elements) {
         if (!el.name) continue;
@@ -115,24 +127,25 @@ def fill(driver, args: list[str]) -> None:
                 driver.execute_script("arguments[0].click()", el)
         else:
             el.send_keys(value)
-    before = runs(driver)
+    before = runs(driver, sub)
     driver.execute_script("arguments[0].requestSubmit()", form)
-    deadline = time.time() + 10
-    while runs(driver) == before and time.time() < deadline:
+    deadline = time.time() + 20
+    while runs(driver, sub) == before and time.time() < deadline:
         time.sleep(0.02)
     time.sleep(0.2)  # a debounced run from the last keystroke may follow the submit
-    deadline = time.time() + 5
+    deadline = time.time() + 20
     last = -1
-    while runs(driver) != last and time.time() < deadline:
-        last = runs(driver)
-        time.sleep(0.2)
+    while runs(driver, sub) != last and time.time() < deadline:
+        last = runs(driver, sub)
+        time.sleep(0.3)
 
 
 SHOWN = """
-const r = document.querySelector('.tm-calc-result[data-command="estimate"]');
-const errors = [...document.querySelectorAll('#tm-calc-panel-estimate .tm-calc-error')]
+const sub = arguments[0] || "estimate";
+const r = document.querySelector(`.tm-calc-result[data-command="${sub}"]`);
+const errors = [...document.querySelectorAll(`#tm-calc-panel-${sub} .tm-calc-error`)]
   .filter(e => e.textContent).map(e => [e.dataset.errorFor, e.textContent]);
-const invalid = [...document.querySelectorAll('#tm-calc-panel-estimate [aria-invalid="true"]')]
+const invalid = [...document.querySelectorAll(`#tm-calc-panel-${sub} [aria-invalid="true"]`)]
   .map(e => e.name);
 return {status: r.dataset.status, json: r.querySelector('.tm-calc-json').textContent,
         line: r.querySelector('.tm-calc-cmd').textContent, errors, invalid,
@@ -198,6 +211,21 @@ def test_bad_input_gives_the_commands_message_beside_the_field(calculator, args,
     assert shown["status"] == "2"
     assert shown["errors"] == [[field, expected.stderr.strip()]], shown["errors"]
     assert shown["invalid"] == [field]
+
+
+def test_the_planner_tab_equals_the_command(calculator, base):
+    driver, _, _ = calculator
+    fill(driver, PLAN, "plan")
+    shown = driver.execute_script(SHOWN, "plan")
+    expected = command(PLAN, "plan")
+    assert expected.returncode == 0 and shown["status"] == "0", shown["errors"]
+    assert shown["json"] == expected.stdout, "the page's plan JSON differs from the command's"
+    assert "layouts considered" in shown["html"]
+    assert "cmd=plan" in urlsplit(driver.current_url).fragment
+    fill(driver, [*PLAN[:2], "--gpus", "0"], "plan")
+    shown = driver.execute_script(SHOWN, "plan")
+    assert shown["errors"] == [["gpus", command([*PLAN[:2], "--gpus", "0"], "plan").stderr.strip()]]
+    driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
 
 
 def test_later_results_are_fast(calculator):
@@ -295,4 +323,14 @@ def test_result_accessible(calculator, base, axe_source, theme, width, height, t
     driver.save_screenshot(str(shots / f"{theme}-{width}-error.png"))
     bad = [v for v in run_axe(driver, axe_source) if v["impact"] in IMPACTS]
     assert not bad, [(v["id"], v["nodes"]) for v in bad]
+    # and the planner's tab with its result
+    fill(driver, PLAN, "plan")
+    driver.execute_script("document.querySelector('.tm-calc-result[data-command=plan]')"
+                          ".scrollIntoView({behavior: \"instant\"})")
+    driver.save_screenshot(str(shots / f"{theme}-{width}-plan.png"))
+    bad = [v for v in run_axe(driver, axe_source) if v["impact"] in IMPACTS]
+    assert not bad, [(v["id"], v["nodes"]) for v in bad]
+    if width < 600:
+        assert driver.execute_script(SIDEWAYS) is None
+    driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
     check_claims.set_viewport(driver, 1280, 800)
