@@ -29,7 +29,9 @@ LATER_RESULT_MS = 100.0
 
 #: Inputs that must give the command's own JSON: presets, a parameter count, a typed shape,
 #: every ZeRO stage, pipeline layouts (interleaved, with a global batch, and plain), FSDP2,
-#: recomputation, flash attention and a GPU given by its memory.
+#: recomputation, flash attention, a GPU given by its memory, offload, overhead and time. A file
+#: option (``--config PATH``) is given as the path of a file in the repository: the page gets
+#: its text pasted, the command the file.
 GOOD = [
     ["--model", "llama-3-8b", "--seq-len", "8192", "--dp", "8", "--zero", "3", "--gpu", "h100-sxm"],
     ["--params", "7e9"],
@@ -69,10 +71,30 @@ BAD = [
 ]
 
 
+def file_flags(sub: str = "estimate") -> dict[str, str]:
+    """The options whose value is a file (a text area on the page): flag -> the name the page
+    writes the pasted text to (``--config`` -> ``config.json``)."""
+    from trainmath.calculator import file_name, forms
+
+    (form,) = [f for f in forms() if f.command == sub]
+    return {flag: file_name(f) for g in form.groups for f in g.fields if f.kind == "file"
+            for flag in f.flags}
+
+
 def command(args: list[str], sub: str = "estimate") -> subprocess.CompletedProcess:
-    """``trainmath SUB ARGS --json`` in a new process, as at a terminal."""
-    return subprocess.run([sys.executable, "-m", "trainmath", sub, *args, "--json"],
-                          capture_output=True, text=True, cwd=ROOT)
+    """``trainmath SUB ARGS --json`` in a new process, as at a terminal. A file option's file
+    is copied to the name the page gives the pasted text, in the working directory, so that
+    the two runs see the same path (and any message naming it is the same)."""
+    files = file_flags(sub)
+    with tempfile.TemporaryDirectory(prefix="trainmath-calc-") as cwd:
+        args = list(args)
+        for i, arg in enumerate(args[:-1]):
+            if arg in files:
+                (Path(cwd) / files[arg]).write_text((ROOT / args[i + 1]).read_text(
+                    encoding="utf-8"), encoding="utf-8")
+                args[i + 1] = files[arg]
+        return subprocess.run([sys.executable, "-m", "trainmath", sub, *args, "--json"],
+                              capture_output=True, text=True, cwd=cwd)
 
 
 WAIT_READY = """
@@ -125,6 +147,10 @@ def fill(driver, args: list[str], sub: str = "estimate") -> None:
         elif el.get_attribute("type") == "checkbox":
             if not el.is_selected():
                 driver.execute_script("arguments[0].click()", el)
+        elif el.tag_name == "textarea":  # a file option: the file's text, pasted
+            text = (ROOT / value).read_text(encoding="utf-8")
+            driver.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent("
+                                  "new Event('input', {bubbles: true}))", el, text)
         else:
             el.send_keys(value)
     before = runs(driver, sub)
