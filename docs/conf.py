@@ -102,4 +102,5 @@ nitpick_ignore = [
     ("py:class", "argparse.Namespace"),
     ("py:class", "collections.abc.Mapping"),
     ("py:class", "collections.abc.Sequence"),
+    ("py:class", "pathlib.Path"),
 ]

@@ -135,7 +135,7 @@ def test_parse_count(text):
          "--gpus 8 does not match dp × tp × pp × cp = 4 × 1 × 1 × 1 = 4"),
         (["--params", "7e9", "--model", "llama-2-7b"], "--params 7000000000 cannot be combined with --model"),
         (["--layers", "32"], "a shape needs --hidden --heads --ffn --vocab as well"),
-        ([], "no model given; accepted: --model PRESET, --params N, or a shape"),
+        ([], "no model given; accepted: --model PRESET, --config PATH, --params N, or a shape"),
         (["--params", "7e9", "--gpu-memory", "80"], "cannot read '80' as an amount of memory"),
         (["--params", "7e9", "--gpu-memory", "80 GiGs"], "unknown byte unit 'GiGs'"),
         (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),

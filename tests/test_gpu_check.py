@@ -37,3 +37,24 @@ def test_max_memory_allocated_is_the_prediction_plus_workspaces(row):
 @pytest.mark.parametrize("row", RAN, ids=[r["id"] for r in RAN])
 def test_the_gpu_holds_the_tensors_the_cpu_measured(row):
     assert abs(row["tracker_peak_on_gpu"] - RECORDED[row["id"]]["measured"]["peak"]["bytes"]) <= 512
+
+
+QLORA = GPU["qlora"]
+
+
+@pytest.mark.parametrize("row", QLORA, ids=[r["id"] for r in QLORA])
+def test_qlora_on_the_gpu(row):
+    """A real QLoRA step (bitsandbytes Linear4bit, NF4 with double quantization, peft's fp32
+    adapters): its peak and its weights against the library's QLoRA estimate."""
+    from trainmath.finetune import Adapter
+    from trainmath.runs import estimate, run
+
+    _, model, _, adapter, length = row["id"].split("/")
+    rank, _, targets = adapter.partition("-")
+    e = estimate(run(model, adapter=Adapter("qlora", int(rank[1:]), tuple(targets.split("+"))),
+                     recipe="fp32", implementation="hf-sdpa", seq_len=int(length[1:].split("-")[0]),
+                     micro_batch=1, optimizer="adamw", optimizer_impl="for-loop"))
+    predicted = e.peak.bytes.n
+    assert predicted <= row["cuda_max_allocated"] <= predicted + WORKSPACE_ALLOWANCE, row["id"]
+    on_gpu = row["frozen_bytes"] + row["quant_constants_bytes"] + 4 * row["trainable_count"]
+    assert abs(on_gpu - e.device.weights.n) <= 1024, (on_gpu, e.device.weights.n)

@@ -98,7 +98,7 @@ def test_preset_counts_are_the_published_ones(name, published):
 
 def test_every_preset_names_its_source():
     assert set(PRESETS) == {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                            "mistral-7b", "gpt3-175b", "llama-3-405b", "megatron-gpt-1.7b", "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b", "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b", "megatron-gpt-1t", "megatron-gpt-22b", "megatron-gpt-175b"}
+                            "mistral-7b", "gpt3-175b", "llama-3-405b", "megatron-gpt-1.7b", "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b", "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b", "megatron-gpt-1t", "megatron-gpt-22b", "megatron-gpt-175b", "mixtral-8x7b"}
     for m in PRESETS.values():
         assert "et al." in m.source and len(m.source) > 30, m.name
 

@@ -53,3 +53,15 @@ def test_colours_are_named():
         plots.color("teal")
     with pytest.raises(ValueError, match="alt text"):
         plots.chart(None, " ")
+
+
+def test_stacked_bars_draw_one_bar_per_row_and_say_each_total():
+    from trainmath.units import Bytes
+    rows = {"full": {"weights": Bytes(14 * 10**9), "gradients": Bytes(14 * 10**9)},
+            "lora": {"weights": Bytes(14 * 10**9), "activations": Bytes(11 * 10**9)}}
+    c = plots.stacked_bars(rows, title="two setups", limit=("a GPU", Bytes(80 * 10**9)),
+                           colors={"weights": "blue", "gradients": "light blue",
+                                   "activations": "green"})
+    assert c.alt == ("Stacked bars: full: weights 14 GB, gradients 14 GB; total 28 GB. "
+                     "lora: weights 14 GB, activations 11 GB; total 25 GB. Against a GPU: 80 GB.")
+    assert "var(--tm-fig-green" in c.svg()

@@ -191,10 +191,10 @@ def test_the_command_prints_the_library_estimate():
                      seq_len=8192, global_batch=1024, attention="flash", gpu_memory="80GB"))
     assert out.getvalue() == e.to_json() + "\n"
     d = json.loads(out.getvalue())
-    assert list(d) == ["params", "per_device", "peak", "activations_per_layer",
+    assert list(d) == ["params", "active_params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
                        "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
-                       "host", "time", "inputs"]
+                       "host", "time", "finetune", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from .measure import configs
+from .measure.finetune import measure_lora
 from .measure.step import measure_step
 
 RECORDED = configs.OUTPUT
@@ -42,6 +43,7 @@ CHOSEN = (
     r"^step/llama-2-7b/reference-sdpa/(?!fsdp2)",
     r"^step/llama-2-7b/hf-sdpa/(?!fsdp2)",
     r"^step/mistral-7b/reference-sdpa/(autocast-fp32|megatron-bf16|bf16-master-free-grads)/",
+    r"^finetune/",
 )
 
 
@@ -141,8 +143,12 @@ def steps(only: str | None, out_path: Path, doc: dict) -> None:
         start = time.perf_counter()
         row = {"id": c.id}
         try:
-            m = measure_step(c.model, c.implementation, c.recipe, c.s, c.b, foreach=c.foreach,
-                             fake=False, observer=peak, device="cuda")
+            if c.kind == "finetune":
+                m = measure_lora(c.model, c.rank_r, c.targets, c.s, c.b, foreach=c.foreach,
+                                 fake=False, observer=peak, device="cuda")
+            else:
+                m = measure_step(c.model, c.implementation, c.recipe, c.s, c.b,
+                                 foreach=c.foreach, fake=False, observer=peak, device="cuda")
             row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
                     "allocated_at_step_start": peak.start_allocated,
                     "tracker_peak_on_gpu": m["peak"]["bytes"], "phase_on_gpu": m["peak"]["phase"]}
@@ -167,11 +173,119 @@ def steps(only: str | None, out_path: Path, doc: dict) -> None:
               f"({row['seconds']} s){' OOM' if 'out_of_memory' in row else ''}", flush=True)
 
 
+QLORA = (("llama-2-7b", 16, ("q", "v"), 2048), ("llama-2-7b", 64, ("q", "k", "v", "o", "gate", "up",
+                                                                  "down"), 2048))
+
+
+def measure_qlora(model: str, rank: int, targets: tuple[str, ...], s: int, b: int = 1,
+                  observer=None, device: str = "cuda", layers: int | None = None) -> dict:
+    """QLoRA as Dettmers et al. 2023 train it, on the GPU: every Linear of the decoder layers
+    replaced by bitsandbytes' ``Linear4bit`` (NF4, blocks of 64, Double Quantization, bf16
+    compute), its weight quantized from the bf16 one; the embedding, norms and LM head stay
+    bf16 (transformers' ``get_keys_to_not_convert`` keeps the head); peft's LoRA with fp32
+    adapters on the targets; torch.optim.AdamW over the adapters, two steps."""
+    import bitsandbytes as bnb
+    from torch import nn
+
+    from .measure import shapes
+    from .measure.finetune import lora_model
+    from .measure.models import build, decoder_layers, loss_of
+
+    shape = shapes.for_length(model, s)
+    with torch.device(device):
+        torch.manual_seed(0)
+        base = build("hf-sdpa", shape, torch.bfloat16, layers)
+        for layer in decoder_layers(base):
+            for parent in list(layer.modules()):
+                for name, child in list(parent.named_children()):
+                    if type(child) is nn.Linear:
+                        q = bnb.nn.Linear4bit(child.in_features, child.out_features,
+                                              bias=child.bias is not None,
+                                              compute_dtype=torch.bfloat16,
+                                              compress_statistics=True, quant_type="nf4",
+                                              device="meta")
+                        q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False,
+                                                     quant_type="nf4",
+                                                     compress_statistics=True).to(device)
+                        setattr(parent, name, q)
+                        del child
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        net = lora_model(base, rank, targets)
+        inner = net.base_model.model
+        trainable = [p for p in net.parameters() if p.requires_grad]
+        tokens = torch.randint(0, shape["vocab"], (b, s))
+        labels = torch.randint(0, shape["vocab"], (b, s))
+        opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=False)
+        states_before = torch.cuda.memory_allocated() if device == "cuda" else None
+        for step in (1, 2):
+            watching = observer(net, opt) if (observer and step == 2) else None
+            for p in trainable:
+                p.grad = None
+            if watching:
+                watching.__enter__()
+            loss = loss_of(inner, tokens, labels)
+            loss.backward()
+            del loss
+            opt.step()
+            if watching:
+                watching.__exit__(None, None, None)
+        frozen = [p for p in net.parameters() if not p.requires_grad]
+        quant_states = [m.weight.quant_state for m in net.modules()
+                        if isinstance(m, bnb.nn.Linear4bit)]
+        def nbytes(t):
+            return t.numel() * t.element_size()
+        constants = sum(nbytes(qs.absmax) + nbytes(qs.state2.absmax) + nbytes(qs.offset)
+                        for qs in quant_states if qs.nested)
+        out = {
+            "frozen_bytes": sum(nbytes(p) for p in frozen),
+            "quant_constants_bytes": constants,
+            "trainable_count": sum(p.numel() for p in trainable),
+            "allocated_before_steps": states_before,
+            "allocated_after_steps": torch.cuda.memory_allocated() if device == "cuda" else None,
+            "linear4bit_layers": len(quant_states),
+        }
+    return out
+
+
+def qlora(doc: dict, out_path: Path) -> None:
+    from trainmath.finetune import Adapter
+    from trainmath.models import preset
+    from trainmath.runs import estimate, run
+
+    for model, rank, targets, s in QLORA:
+        peak = _CudaPeak()
+        start = time.perf_counter()
+        row = {"id": f"qlora/{model}/hf-sdpa/r{rank}-{'+'.join(targets)}/s{s}-b1"}
+        try:
+            row |= measure_qlora(model, rank, targets, s, observer=peak)
+            row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
+                    "allocated_at_step_start": peak.start_allocated}
+        except Exception as e:  # record why, keep going
+            row["error"] = repr(e)[:500]
+        est = estimate(run(preset(model), adapter=Adapter("qlora", rank, targets), recipe="fp32",
+                           implementation="hf-sdpa", seq_len=s, micro_batch=1,
+                           optimizer="adamw", optimizer_impl="for-loop"))
+        row["predicted_peak"] = -(-est.peak.bytes.n // 1)
+        row["predicted_weights"] = est.to_dict()["per_device"]["weights"]
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        doc["qlora"].append(row)
+        gc.collect()
+        torch.cuda.empty_cache()
+        out_path.write_text(json.dumps(doc, indent=1) + "\n")
+        alloc = row.get("cuda_max_allocated")
+        ratio = f"{alloc / row['predicted_peak']:.4f}" if alloc else "-"
+        print(f"  {row['id']:<62} max_allocated {alloc} predicted {row['predicted_peak']} "
+              f"ratio {ratio} ({row['seconds']} s) {row.get('error', '')}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validate.gpu", description=__doc__)
     parser.add_argument("output", type=Path)
     parser.add_argument("--only", metavar="REGEX", help="these configuration ids only")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--qlora-only", action="store_true",
+                        help="only the QLoRA steps (needs bitsandbytes)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("no CUDA device: this check runs on a GPU machine")
@@ -181,17 +295,21 @@ def main(argv: list[str] | None = None) -> int:
            "device": {"name": props.name, "total_memory": props.total_memory,
                       "torch": torch.__version__, "cuda": torch.version.cuda,
                       "python": platform.python_version()},
-           "overhead": [], "steps": []}
+           "overhead": [], "steps": [], "qlora": []}
     try:
         import transformers
         doc["device"]["transformers"] = transformers.__version__
     except ImportError:
         pass
     print(f"{props.name}, {props.total_memory} bytes, torch {torch.__version__}", flush=True)
+    if args.qlora_only:
+        qlora(doc, args.output)
+        return 0
     if not args.skip_overhead:
         doc["overhead"] = overhead()
         args.output.write_text(json.dumps(doc, indent=1) + "\n")
     steps(args.only, args.output, doc)
+    qlora(doc, args.output)
     return 0
 
 

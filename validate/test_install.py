@@ -31,6 +31,9 @@ def test_installed_versions_are_the_pins():
     pins = _validate_pins()
     assert torch.__version__.split("+")[0] == pins["torch"]
     assert transformers.__version__ == pins["transformers"]
+    for name in ("peft", "bitsandbytes"):  # LoRA and QLoRA (validate/test_finetune.py)
+        module = pytest.importorskip(name)
+        assert module.__version__ == pins[name]
 
 
 def test_torch_is_the_cpu_build():

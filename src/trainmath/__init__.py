@@ -13,6 +13,7 @@ One module per topic, pure functions over small frozen dataclasses:
 - :mod:`trainmath.parallelism`: dp × tp × pp × cp layouts: per-device memory, traffic, bubble;
 - :mod:`trainmath.runs`: one run's memory per device, the entry point the command uses;
 - :mod:`trainmath.peak`: the peak of a training step, when each kind of memory is alive;
+- :mod:`trainmath.finetune`: LoRA and QLoRA: trainable parameters, the frozen base, activations;
 - :mod:`trainmath.measured`: the predictions for the configurations measured in PyTorch;
 - :mod:`trainmath.compute`: training FLOPs, GPU peaks, MFU/HFU and time to train;
 - :mod:`trainmath.cli`: the ``trainmath`` command.

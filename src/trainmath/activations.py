@@ -275,7 +275,8 @@ def kernels_problem(model: ModelShape, family: str, *, tp: int = 1, sequence_par
                     cp: int = 1, recompute: str = "none", mlp_kernel: str = "eager") -> str | None:
     """What the "hf" kernel family cannot run, as a sentence, or None.
 
-    Hugging Face's ``LlamaForCausalLM`` and ``MistralForCausalLM`` have RMSNorm, a SwiGLU MLP
+    Hugging Face's ``LlamaForCausalLM``, ``MistralForCausalLM`` and ``MixtralForCausalLM`` (whose
+    MoE block has no shared experts) have RMSNorm, a SwiGLU MLP
     (eager), rotary positions and no dropout, and their training loop has no tensor, sequence or
     context parallelism and no selective recomputation (``gradient_checkpointing`` recomputes
     whole layers: ``recompute="full"``). The "megatron" family runs every shape and layout.
@@ -283,6 +284,8 @@ def kernels_problem(model: ModelShape, family: str, *, tp: int = 1, sequence_par
     if family != "hf":
         return None
     wrong = []
+    if model.moe and model.shared_experts:
+        wrong.append(f"{model.name!r}, whose shared experts Mixtral's MoE block has not")
     if model.norm != "rmsnorm" or model.mlp != "swiglu" or model.dropout or model.positions:
         wrong.append(f"{model.name!r} has norm={model.norm!r}, mlp={model.mlp!r}, "
                      f"dropout={model.dropout}, positions={model.positions} (Llama and Mistral "
@@ -430,6 +433,7 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
            autocast: bool = False) -> LayerActivations:
     """:func:`layer_activations` on inputs already checked (by it, or by ``estimate.Run``)."""
     h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
+    q = model.q_dim  # a · head_dim: h, unless the shape gives its head width (Gemma)
     tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
     split = Fraction(1, tp)  # share of a tensor-parallel-split tensor
     rep = split if sequence_parallel else Fraction(1)  # share of a replicated tensor
@@ -479,10 +483,10 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
     window_mask = (hf and attention == "flash" and model.sliding_window
                    and s >= model.sliding_window)
     if attention == "eager":
-        out.append(saved("attention", "Q, input to QKᵀ", v * tokens * h * split))
+        out.append(saved("attention", "Q, input to QKᵀ", v * tokens * q * split))
         rep_kv = " (repeated to all a heads)" if model.kv_heads < a else ""
-        out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * h * split))
-        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * h * split))
+        out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * q * split))
+        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * q * split))
         if recompute == "none":
             scores = Fraction(a * s * s * b) * split  # a·s² per sequence (cp = 1 here)
             fp32_softmax = hf or autocast  # softmax(dtype=float32), or autocast's float32 list
@@ -498,11 +502,11 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
             elif fp32_softmax:
                 out.append(saved("attention", "16-bit copy of the probabilities, input to "
                                               "attention over V", v * scores))
-        out.append(saved("attention", "context, input to the output projection", v * tokens * h * split))
+        out.append(saved("attention", "context, input to the output projection", v * tokens * q * split))
     else:
-        kv_width = h if window_mask else kv
+        kv_width = q if window_mask else kv
         rep_kv = " repeated to all a heads" if window_mask and model.kv_heads < a else " (kv_heads heads)"
-        out.append(saved("attention", "Q", v * tokens * h * split))
+        out.append(saved("attention", "Q", v * tokens * q * split))
         out.append(saved("attention", f"K{rep_kv}", v * tokens * kv_width * split))
         out.append(saved("attention", f"V{rep_kv}", v * tokens * kv_width * split))
         if window_mask:
@@ -510,12 +514,16 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
                              v * b * s * s))
         out.append(saved("attention", "log-sum-exp (fp32 per head and token)",
                          FP32_BYTES * tokens * a * split))
-        out.append(saved("attention", "output O, input to the output projection", v * tokens * h * split))
+        out.append(saved("attention", "output O, input to the output projection", v * tokens * q * split))
     if model.dropout:
         out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
-    weights("attention", 2 * h * h + 2 * h * kv)
+    weights("attention", 2 * h * q + 2 * h * kv)
 
     # MLP
+    if model.moe:
+        norm("second", "MLP", "the router and the experts' dispatch")
+        out.extend(_moe_block(model, tokens, tp, rep, split, v, mlp_kernel, hf))
+        return LayerActivations(tuple(out))
     norm("second", "MLP", "the first projection(s)")
     if model.mlp == "gelu":
         out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * split))
@@ -535,6 +543,76 @@ def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, 
         out.append(saved("MLP", "MLP dropout mask", m * tokens * h * rep))
     weights("MLP", (2 if model.mlp == "gelu" else 3) * h * f)
     return LayerActivations(tuple(out))
+
+
+#: Bytes of a routing index (int64, as ``torch.topk`` returns it).
+INDEX_BYTES = 8
+
+
+def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, split: Fraction, v: int,
+                       mlp_kernel: str, who: str) -> list[Saved]:
+    """The ffn-wide tensors an MLP of ``width`` saves for ``copies`` token copies."""
+    n = 2 if model.mlp == "gelu" else (3 if mlp_kernel == "fused" else 4)
+    kind = "GeLU" if model.mlp == "gelu" else ("fused gated" if mlp_kernel == "fused" else "gated")
+    return [Saved("MLP", f"{who}: {kind} MLP intermediates ({n} × expert ffn wide)",
+                  Bytes(n * v * copies * width * split))]
+
+
+def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, split: Fraction,
+               v: int, mlp_kernel: str, hf: bool = False) -> list[Saved]:
+    """What a mixture-of-experts MLP saves for backward, after the norm (Megatron-Core's
+    ``MoELayer``: router, token dispatcher, grouped experts), assuming balanced routing.
+
+    The router's softmax output (fp32, E per token; Megatron-Core keeps routing in fp32 with
+    ``--moe-router-dtype fp32``, Hugging Face's ``MixtralTopKRouter`` runs ``softmax(...float())``),
+    the top-k indices (int64) and routing weights (fp32, k per token); the dispatched copies of
+    the tokens, k per token, the experts' input (b·s·k·h); each copy's expert MLP intermediates
+    at the expert width (as a dense MLP's, :data:`MLP_KERNELS`), split by tp (expert tensor
+    parallelism = tp); the experts' outputs, which the weighted combine multiplies by the
+    routing weights (b·s·k·h); shared experts as a dense MLP on every token. With balanced
+    routing a device's experts see b·s·k token copies whatever ep is
+    (:func:`trainmath.moe.expert_tokens`). The router and dispatch tensors are split by tp only
+    with sequence parallelism; the dispatched tokens are whole on each tensor-parallel rank.
+
+    Hugging Face's ``MixtralForCausalLM`` (transformers 5: ``MixtralTopKRouter`` in
+    ``transformers/models/mixtral/modeling_mixtral.py`` and its default experts implementation,
+    ``grouped_mm_experts_forward`` in ``transformers/integrations/moe.py``) saves more: the sum
+    of each token's top-k weights that normalises them (fp32) beside the top-k weights
+    themselves (the in-place division keeps a copy); the sort of the token copies by expert and
+    the index of each copy's token (int64, one each per copy), the per-expert offsets of the
+    grouped matrix multiply (int32, E), each copy's routing weight gathered (fp32) and the
+    inverse permutation that restores the order (int64 per copy). Every tensor is per token,
+    per token copy or per expert, so the total does not depend on how the router spreads the
+    tokens (validate/test_moe_saved.py measures it with real routing).
+    """
+    h, k, E, w = model.hidden, model.experts_per_token, model.experts, model.expert_width
+    copies = tokens * k
+    out = [
+        Saved("MLP", "router probabilities, fp32 (E per token)", Bytes(FP32_BYTES * tokens * E * rep)),
+        Saved("MLP", "top-k expert indices, int64 (k per token)", Bytes(INDEX_BYTES * copies * rep)),
+        Saved("MLP", "top-k routing weights, fp32 (k per token)", Bytes(FP32_BYTES * copies * rep)),
+        Saved("MLP", "dispatched token copies, the experts' input (k × h per token)",
+              Bytes(v * copies * h)),
+    ]
+    out += _mlp_intermediates(model, copies, w, split, v, mlp_kernel, "routed experts")
+    out.append(Saved("MLP", "expert outputs, input to the weighted combine (k × h per token)",
+                     Bytes(v * copies * h)))
+    if hf:
+        out += [
+            Saved("MLP", "sum of each token's top-k weights, fp32 (their normalisation)",
+                  Bytes(FP32_BYTES * tokens * rep)),
+            Saved("MLP", "sort of the token copies by expert, and each copy's token, int64",
+                  Bytes(2 * INDEX_BYTES * copies)),
+            Saved("MLP", "offsets of the grouped matrix multiply, int32 (one per expert)",
+                  Bytes(4 * E)),
+            Saved("MLP", "routing weight of each copy, gathered, fp32", Bytes(FP32_BYTES * copies)),
+            Saved("MLP", "inverse permutation back to token order, int64 (per copy)",
+                  Bytes(INDEX_BYTES * copies)),
+        ]
+    if model.shared_experts:
+        out += _mlp_intermediates(model, tokens, model.shared_experts * w, split, v, mlp_kernel,
+                                  "shared experts")
+    return out
 
 
 def _check_split(s: int, b: int, tp: int, cp: int) -> tuple[int, int, int, int]:
@@ -589,7 +667,7 @@ def _rotary(model: ModelShape, s: int, cp: int, value_bytes: int, autocast: bool
     if model.positions:
         return LayerActivations(())
     r = FP32_BYTES if autocast else value_bytes
-    table = Bytes(r * Fraction(s, cp) * model.head_dim)
+    table = Bytes(r * Fraction(s, cp) * model.rotary_width)  # partial rotary: fewer dims
     return LayerActivations((Saved("rotary", "cos table (s × head_dim)", table),
                              Saved("rotary", "sin table (s × head_dim)", table)))
 

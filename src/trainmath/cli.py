@@ -16,7 +16,7 @@ import sys
 from fractions import Fraction
 from typing import Sequence
 
-from . import activations, compute, memory, models, sharding
+from . import activations, compute, finetune, hfconfig, memory, models, moe, sharding
 from .runs import Batch, Budget, Estimate, Gpu, Run, ShapeNeeded, Training, estimate
 from .parallelism import Layout
 from .units import Bytes, parse_bytes
@@ -25,6 +25,7 @@ from .units import Bytes, parse_bytes
 PROG = "trainmath"
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn", "vocab")
+_MOE_FLAGS = ("experts", "experts_per_token", "shared_experts", "expert_ffn")
 
 
 class UsageError(Exception):
@@ -135,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     model = est.add_argument_group("model (a preset, a parameter count, or a shape)")
     model.add_argument("--model", metavar="PRESET", type=_one_of("model preset", list(models.PRESETS)),
                        help="one of: " + ", ".join(models.PRESETS))
+    model.add_argument("--config", metavar="PATH",
+                       help="a Hugging Face config.json (families: " + ", ".join(hfconfig.FAMILIES)
+                       + "); the model is named by PATH")
     model.add_argument("--params", type=parse_count, metavar="N",
                        help="parameter count (7e9, 7B, 6738415616); model states only")
     model.add_argument("--layers", type=_positive, help="transformer layers L")
@@ -150,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="dropout after attention and MLP (saves masks)")
     model.add_argument("--tied-embeddings", action="store_true", default=None,
                        help="the LM head shares the embedding matrix")
+    model.add_argument("--experts", type=_positive, help="routed experts per layer (mixture of "
+                       "experts); default: dense")
+    model.add_argument("--experts-per-token", type=_positive, metavar="K",
+                       help="experts each token is routed to (top-k)")
+    model.add_argument("--shared-experts", type=_positive, metavar="N",
+                       help="experts every token goes through besides the routed ones")
+    model.add_argument("--expert-ffn", type=_positive, metavar="WIDTH",
+                       help="MLP width of one expert; default: --ffn")
 
     train = est.add_argument_group("training")
     recipe_names = [*memory.RECIPES, *memory.RECIPE_ALIASES]
@@ -170,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "recipe's (fsdp2: 3, deepspeed: 2, else 0)")
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("cp", "context")):
         train.add_argument(f"--{name}", type=_positive, default=1, help=f"{what}-parallel size")
+    train.add_argument("--ep", type=_positive, default=1,
+                       help="expert-parallel size, within dp (a mixture of experts)")
     train.add_argument("--interleave", type=_positive, default=1, metavar="V",
                        help="model chunks per pipeline device (interleaved 1F1B)")
     train.add_argument("--gpus", type=_positive, help="check that dp·tp·pp·cp equals this")
@@ -220,16 +234,80 @@ def build_parser() -> argparse.ArgumentParser:
                       help="model FLOPs utilization assumed, 0.4 or 40%%, of the GPU's dense peak "
                       "in the recipe's precision; no default: say it (published runs: about 0.4 "
                       "to 0.56)")
+    tune = est.add_argument_group("fine-tuning (LoRA, QLoRA)")
+    tune.add_argument("--finetune", default="full", metavar="METHOD",
+                      type=_one_of("fine-tuning method", finetune.METHODS),
+                      help="full (every parameter trained, the default), lora (a low-rank adapter on "
+                      "the frozen 16-bit model, Hu et al. 2021) or qlora (on a 4-bit NF4 model, "
+                      "Dettmers et al. 2023); the adapter's weights follow --recipe (default fp32, "
+                      "as peft keeps them)")
+    tune.add_argument("--lora-rank", type=_positive, metavar="R",
+                      help="the adapter's rank r (default 16)")
+    tune.add_argument("--lora-targets", type=_targets, metavar="LIST",
+                      help="matrices with an adapter, comma-separated from " + ",".join(finetune.TARGETS)
+                      + ", or all (default q,v, peft's for Llama)")
+    tune.add_argument("--lora-dropout", type=_probability, metavar="P",
+                      help="peft's lora_dropout (default 0): above 0 each adapter saves a mask and "
+                      "its own input")
+    tune.add_argument("--no-double-quant", dest="double_quant", action="store_false", default=None,
+                      help="qlora: fp32 block constants (0.5 bits per weight) instead of Double "
+                      "Quantization's 8-bit ones (0.127 bits)")
     est.add_argument("--json", action="store_true", help="one JSON object on stdout")
     _add_plan_parser(sub, model)
     return parser
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    try:
+        return finetune.parse_targets(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a dropout probability; accepted: a "
+                                         "number from 0 up to (not including) 1, e.g. 0.05")
+    return value
+
+
+def _adapter(args: argparse.Namespace) -> finetune.Adapter | None:
+    """The adapter the fine-tuning flags describe, or None for full fine-tuning."""
+    given = {f"--{k.replace('_', '-')}": v for k, v in (
+        ("lora_rank", args.lora_rank), ("lora_targets", args.lora_targets),
+        ("lora_dropout", args.lora_dropout)) if v is not None}
+    if args.double_quant is not None:
+        given["--no-double-quant"] = True
+    if args.finetune == "full":
+        if given:
+            raise UsageError(f"{next(iter(given))} needs --finetune lora or qlora (it describes an "
+                             "adapter; --finetune full trains every parameter)")
+        return None
+    if args.double_quant is not None and args.finetune != "qlora":
+        raise UsageError("--no-double-quant needs --finetune qlora (only QLoRA quantises the base)")
+    return finetune.Adapter(
+        args.finetune, 16 if args.lora_rank is None else args.lora_rank,
+        finetune.DEFAULT_TARGETS if args.lora_targets is None else args.lora_targets,
+        0.0 if args.lora_dropout is None else args.lora_dropout,
+        True if args.double_quant is None else args.double_quant)
 
 
 # -- from flags to a run ------------------------------------------------------------------------
 def _model(args: argparse.Namespace) -> models.ModelShape | int:
     """The model the flags name: a parameter count, a preset (changed by shape flags) or a shape."""
     given = {f: getattr(args, f) for f in (*_SHAPE_FLAGS, "kv_heads", "mlp", "norm", "dropout",
-                                           "tied_embeddings") if getattr(args, f) is not None}
+                                           "tied_embeddings", *_MOE_FLAGS)
+             if getattr(args, f) is not None}
+    if args.config is not None:
+        if args.model or args.params is not None:
+            extra = "--model" if args.model else "--params"
+            raise UsageError(f"--config {args.config} cannot be combined with {extra}: give one "
+                             "model")
+        return models.modified(hfconfig.load_config(args.config), **given)
     if args.params is not None:
         if args.model or given:
             extra = "--model" if args.model else "--" + next(iter(given)).replace("_", "-")
@@ -240,8 +318,8 @@ def _model(args: argparse.Namespace) -> models.ModelShape | int:
         return models.modified(models.preset(args.model), **given)
     missing = [f"--{f}" for f in _SHAPE_FLAGS if f not in given]
     if len(missing) == len(_SHAPE_FLAGS):
-        raise UsageError("no model given; accepted: --model PRESET, --params N, or a shape "
-                         "(--layers --hidden --heads --ffn --vocab)")
+        raise UsageError("no model given; accepted: --model PRESET, --config PATH, --params N, or "
+                         "a shape (--layers --hidden --heads --ffn --vocab)")
     if missing:
         raise UsageError(f"a shape needs {' '.join(missing)} as well (or start from --model)")
     return models.shape("custom", **given)
@@ -250,7 +328,8 @@ def _model(args: argparse.Namespace) -> models.ModelShape | int:
 def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.Run` the parsed flags describe; the library checks it."""
     model = _model(args)
-    lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel)
+    lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel,
+                 args.ep)
     if (args.tokens is None) != (args.mfu is None):
         given, missing = ("--tokens", "--mfu F") if args.mfu is None else ("--mfu", "--tokens N")
         raise UsageError(f"{given} needs {missing} as well: a time to train needs the tokens and "
@@ -261,6 +340,10 @@ def to_run(args: argparse.Namespace) -> Run:
     if args.gpus is not None and args.gpus != lay.gpus:
         raise UsageError(f"--gpus {args.gpus} does not match dp × tp × pp × cp = {args.dp} × "
                          f"{args.tp} × {args.pp} × {args.cp} = {lay.gpus}")
+    adapter = _adapter(args)
+    if adapter is not None and not isinstance(model, models.ModelShape):
+        raise UsageError(f"--finetune {args.finetune} needs a model shape (--model or "
+                         "--layers/--hidden/...): the adapter's size depends on the matrices")
     try:
         return Run(
             model=model,
@@ -275,11 +358,15 @@ def to_run(args: argparse.Namespace) -> Run:
             overhead=args.overhead,
             budget=None if args.tokens is None else Budget(args.tokens, args.mfu),
             gpus_per_node=args.gpus_per_node,
+            adapter=adapter,
         )
     except ShapeNeeded as exc:  # the same rule, worded with the flags that broke it
         if "global_batch" in exc.fields or "v" in exc.fields:
             raise UsageError("--global-batch and --interleave need a model shape (--model or "
                              "--layers/--hidden/...)") from None
+        if "ep" in exc.fields:
+            raise UsageError(f"--ep {lay.ep} needs a mixture-of-experts shape (--model, --config "
+                             "or --layers/--hidden/... with --experts)") from None
         split = " and ".join(f"--{k} {getattr(lay, k)}" for k in exc.fields)
         verb = "need" if len(exc.fields) > 1 else "needs"
         raise UsageError(f"{split} {verb} a model shape (--model or --layers/--hidden/...): "
@@ -293,14 +380,30 @@ def render(est: Estimate) -> str:
     name = "--params" if shape is None else shape.name
     lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
              f"({t.optimizer_impl} step), ZeRO stage {t.zero_stage}"]
+    if shape is not None and shape.moe:
+        lines.append(f"mixture of experts: {shape.experts} experts, top {shape.experts_per_token}"
+                     + (f", {shape.shared_experts} shared" if shape.shared_experts else "")
+                     + f"; {moe.active_params(shape):,} parameters active per token")
     if r.assumed:
         given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
                  "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
-        preset_defaults = shape is not None and shape.name in models.TRAINING_DEFAULTS \
-            and models.trained_with(shape) is models.TRAINING_DEFAULTS[shape.name]
-        how = (f"as {shape.name} is commonly trained" if preset_defaults
-               else "not a preset" if shape is not None else "no shape")
+        if r.adapter is not None:  # what peft and transformers do, not how the preset was trained
+            given["recipe"] = f"the adapter in {t.recipe}, as peft keeps it"
+            given["implementation"] = f"Hugging Face's kernels {t.implementation}"
+        like = None if shape is None else models.preset_like(shape)
+        how = ("no shape" if shape is None else "not a preset" if like is None
+               else f"as {like} is commonly trained" if like == shape.name
+               else f"the shape of {like}, as it is commonly trained")
+        if r.adapter is not None:
+            how = "as peft and transformers fine-tune"
         lines.append(f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed))
+    st = est.adapter_states
+    if st is not None:
+        base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
+                else "frozen in 16-bit")
+        lines.append(f"fine-tuning: {finetune.describe(r.adapter)}: {st.trainable:,} trainable "
+                     f"parameters ({float(finetune.share(st.trainable, shape)):.2%}), the base "
+                     f"{base}, with no gradients or optimizer states")
     lines.append(f"layout: {lay.describe()}")
     if batch.seq_len is not None and shape is not None:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
@@ -324,6 +427,9 @@ def render(est: Estimate) -> str:
             lines.append(f"  {label:<17}{'not counted':>12}   ({why})")
             continue
         lines.append(row(label, amount))
+        if label == "weights" and st is not None:
+            lines.append(row("  frozen base", st.frozen_weights))
+            lines.append(row("  adapter", st.adapter_weights))
     if est.layer is not None:
         layer = Bytes(math.ceil(est.layer.korthikanti.n))
         lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
@@ -365,6 +471,9 @@ def render(est: Estimate) -> str:
     lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
     lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
     lines.append("  trainmath.peak; all checked against PyTorch (the How we know page).")
+    if r.adapter is not None:
+        lines.append("  fine-tuning: Hu et al. 2021 (LoRA) §4.1, Dettmers et al. 2023 (QLoRA) §3;")
+        lines.append("  checked against peft (the Fine-tuning page).")
     lines.append("  GB = 10^9 bytes, GiB = 2^30 bytes")
     return "\n".join(lines)
 

@@ -6,6 +6,10 @@ every rank, and an all-reduce, a reduce-scatter followed by an all-gather, twice
 workstations*; ZeRO §7.1 counts the 2Ψ of data parallelism this way). Each rank receives as
 much as it sends. :mod:`trainmath.sharding` (ZeRO and FSDP traffic) and
 :mod:`trainmath.parallelism` (tensor and context parallel traffic) use these factors.
+
+An all-to-all, where each of n ranks sends a different part of its buffer to every other
+(expert parallelism's token dispatch, Lepikhin et al. 2021, *GShard*, §2.3), keeps the 1/n
+addressed to itself and sends (n-1)/n of it, when the parts are even.
 """
 
 from __future__ import annotations
@@ -32,3 +36,13 @@ def ring_all_reduce_factor(n: int) -> Fraction:
     Fraction(7, 4)
     """
     return 2 * ring_gather_factor(n)
+
+
+def all_to_all_factor(n: int) -> Fraction:
+    """Bytes each rank sends in an all-to-all with even parts, per byte of its buffer: (n-1)/n.
+
+    >>> all_to_all_factor(8)
+    Fraction(7, 8)
+    """
+    n = positive_int("n (ranks)", n)
+    return Fraction(n - 1, n)

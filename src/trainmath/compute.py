@@ -250,15 +250,23 @@ def matmul_params(model: ModelShape) -> int:
     embedding still counts once, as the LM head. This is the N of PaLM's 6N (Chowdhery et al.
     2022, Appendix B) that makes 6N + 12Lhs equal Korthikanti et al. 2022's model FLOPs for a
     GPT shape.
+
+    A mixture of experts counts the router and only the k experts each token goes through:
+    compute per token follows the active parameters, not the total (Fedus et al. 2022, Switch
+    Transformers, §2: the parameter count grows "while keeping the computational cost
+    constant"; :mod:`trainmath.moe`).
     """
     parts = param_breakdown(model)
     h = model.hidden
     biases_per_layer = 0
     if model.bias:
-        biases_per_layer = (h + 2 * model.kv_dim + h) + (
+        biases_per_layer = (model.q_dim + 2 * model.kv_dim + h) + (
             (model.ffn + h) if model.mlp == "gelu" else (2 * model.ffn + h)
         )
-    per_layer = parts.per_layer - parts.per_layer_norms - biases_per_layer
+    elif model.qkv_bias:
+        biases_per_layer = model.q_dim + 2 * model.kv_dim
+    unused = parts.routed_expert * (parts.routed_experts - parts.active_experts)
+    per_layer = parts.per_layer - parts.per_layer_norms - biases_per_layer - unused
     return model.layers * per_layer + model.vocab * h
 
 

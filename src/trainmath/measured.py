@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .finetune import Adapter, ALL_LINEAR
 from .models import ModelShape, param_shapes
 from .runs import Estimate, estimate, run
 from .sharding import fsdp2_rank
@@ -99,6 +100,7 @@ def shape_of(config: dict) -> ModelShape:
     s = config["shape"]
     return ModelShape(name=s["name"], source=s.get("source", ""),
                       sliding_window=s.get("sliding_window") or 0,
+                      experts=s.get("experts", 0), experts_per_token=s.get("experts_per_token", 0),
                       **{k: s[k] for k in _SHAPE_KEYS})
 
 
@@ -106,12 +108,23 @@ def estimate_of(config: dict) -> Estimate:
     """The library's estimate of one configuration, through :func:`trainmath.runs.estimate`."""
     kw = dict(seq_len=config["s"], micro_batch=config["b"], optimizer="adamw",
               implementation=MEASURED_IMPLEMENTATIONS[config["implementation"]])
+    if config["kind"] == "finetune":
+        return estimate(run(shape_of(config), adapter=adapter_of(config), recipe="fp32",
+                            optimizer_impl="foreach" if config["optimizer"]["foreach"] else "for-loop",
+                            **kw))
     if config["kind"] == "saved":
         return estimate(run(shape_of(config), recipe=MEASURED_PRECISIONS[config["precision"]],
                             **kw))
     impl = "foreach" if config["optimizer"]["foreach"] else "for-loop"
     return estimate(run(shape_of(config), recipe=MEASURED_RECIPES[config["recipe"]],
                         dp=config["dp"], optimizer_impl=impl, **kw))
+
+
+def adapter_of(config: dict) -> Adapter:
+    """The :class:`~trainmath.finetune.Adapter` a "finetune" configuration measured (peft's
+    LoRA with fp32 adapters: the recipe "fp32")."""
+    a = config["adapter"]
+    return Adapter(a["method"], a["r"], tuple(a["targets"]), a["dropout"])
 
 
 def _whole(b: Bytes) -> int:
@@ -130,6 +143,8 @@ def compare(config: dict) -> list[Comparison]:
             Comparison(cid, "activations", "of which weight copies", m["weight_copies"],
                        _whole(e.weight_copies)),
         ]
+    if config["kind"] == "finetune":
+        return _compare_finetune(config, e)
     st = m["states"]
     d = e.device
     shape = shape_of(config)
@@ -147,6 +162,36 @@ def compare(config: dict) -> list[Comparison]:
     out.append(Comparison(cid, "states", "total", st["total"],
                           sum(_whole(b) for b in predicted.values())))
     out.append(Comparison(cid, "states", "step counters", st["step_counters"]["bytes"], counters))
+    p = m["peak"]
+    out.append(Comparison(cid, "peak", "peak", p["bytes"], _whole(e.peak.bytes),
+                          (p["phase"], e.peak.phase)))
+    return out
+
+
+def _compare_finetune(config: dict, e: Estimate) -> list[Comparison]:
+    """LoRA: peft's trainable count, the states (frozen and trainable), what is saved for
+    backward (one layer, the whole model) and the peak."""
+    from .finetune import _adapter_states
+    from .memory import recipe
+    cid, m = config["id"], config["measured"]
+    states = _adapter_states(e.run.shape, e.run.adapter, recipe(e.training.recipe),
+                             e.training.optimizer)
+    st, d, saved = m["states"], e.device, m["saved"]
+    layer = saved["per_layer"][saved["layer_shown"]]
+    counters = 4 * states.trainable_tensors
+    out = [Comparison(cid, "states", "trainable parameters (count)", m["trainable_count"],
+                      states.trainable),
+           Comparison(cid, "states", "frozen parameters", st["frozen_parameters"],
+                      _whole(states.frozen_weights)),
+           Comparison(cid, "states", "trainable parameters", st["trainable_parameters"],
+                      _whole(states.adapter_weights))]
+    for kind, b in (("parameters", d.weights), ("gradients", d.gradients),
+                    ("master_weights", d.master_weights), ("optimizer_states", d.optimizer_states)):
+        out.append(Comparison(cid, "states", kind.replace("_", " "), st[kind], _whole(b)))
+    out.append(Comparison(cid, "states", "total", st["total"], _whole(d.model_states)))
+    out.append(Comparison(cid, "states", "step counters", st["step_counters"]["bytes"], counters))
+    out.append(Comparison(cid, "activations", "one layer", layer, _whole(e.layer.total)))
+    out.append(Comparison(cid, "activations", "whole model", saved["total"], _whole(e.activations)))
     p = m["peak"]
     out.append(Comparison(cid, "peak", "peak", p["bytes"], _whole(e.peak.bytes),
                           (p["phase"], e.peak.phase)))

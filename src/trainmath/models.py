@@ -21,8 +21,11 @@ from fractions import Fraction
 
 from .units import choice, positive_int
 
-#: MLP kinds: GeLU, two matrices; SwiGLU, three (Shazeer 2020).
-MLP_KINDS = ("gelu", "swiglu")
+#: MLP kinds: GeLU, two matrices; SwiGLU and GeGLU (a GeLU-gated linear unit, Gemma), three
+#: (Shazeer 2020, *GLU Variants Improve Transformer*, which defines both).
+MLP_KINDS = ("gelu", "swiglu", "geglu")
+#: The gated MLP kinds, which have a gate, an up and a down projection (Shazeer 2020).
+GATED_MLPS = ("swiglu", "geglu")
 #: Norm kinds: LayerNorm, a gain and a bias; RMSNorm, a gain only (Zhang & Sennrich 2019).
 NORM_KINDS = ("layernorm", "rmsnorm")
 #: A GPT MLP's width in units of the hidden size: 4h (Vaswani et al. 2017, §3.3; Brown et al.
@@ -66,31 +69,88 @@ class ModelShape:
     #: sliding-window attention: each token attends to at most this many (Mistral); 0 for full
     #: causal attention
     sliding_window: int = 0
+    #: the width of one attention head where it is not h / a (Gemma-7B: 256 with h = 3072 and
+    #: a = 16, config.json's ``head_dim``); 0: h / a, which h must then divide
+    head_width: int = 0
+    #: biases on the query, key and value projections only (Qwen2: ``q_proj``, ``k_proj`` and
+    #: ``v_proj`` have ``bias=True``, ``o_proj`` and the MLP none); ``bias`` puts them everywhere
+    qkv_bias: bool = False
+    #: head dimensions that rotary positions rotate, where not all (GPT-NeoX and Pythia rotate
+    #: ``rotary_pct`` = 25% of each head); 0: the whole head. No parameters: it sizes the
+    #: rotary tables (:func:`trainmath.activations.rotary_activations`)
+    rotary_dim: int = 0
+    #: mixture of experts (:mod:`trainmath.moe`): routed experts in every layer's MLP; 0: dense
+    experts: int = 0
+    #: experts each token is routed to (top-k); 0 for a dense model
+    experts_per_token: int = 0
+    #: experts every token goes through besides the routed ones (DeepSeekMoE's shared experts)
+    shared_experts: int = 0
+    #: the width of one expert's MLP; 0: ``ffn`` (Mixtral's ``intermediate_size`` is its
+    #: experts' width)
+    expert_ffn: int = 0
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "ffn", "vocab", "kv_heads"):
             object.__setattr__(self, name, positive_int(name, getattr(self, name)))
-        if self.hidden % self.heads:
+        if self.head_width != 0:
+            object.__setattr__(self, "head_width", positive_int("head_width", self.head_width))
+        elif self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}; "
-                             "h must be a multiple of a")
+                             "h must be a multiple of a (or give head_width)")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}; "
                              f"accepted: a divisor of {self.heads}")
-        for name in ("positions", "max_positions", "sliding_window"):
+        for name in ("positions", "max_positions", "sliding_window", "rotary_dim", "experts",
+                     "experts_per_token", "shared_experts", "expert_ffn"):
             if getattr(self, name) != 0:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.rotary_dim > self.head_dim or self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and at most head_dim "
+                             f"{self.head_dim}; accepted: an even number up to {self.head_dim}")
+        if self.experts:
+            if self.bias:
+                raise ValueError("bias with experts is not modelled; accepted: bias False for a "
+                                 "mixture of experts (Mixtral has none)")
+            if not 1 <= self.experts_per_token <= self.experts:
+                raise ValueError(f"experts_per_token {self.experts_per_token} must be from 1 to "
+                                 f"experts {self.experts}; accepted: 1 to {self.experts}")
+        else:
+            for name in ("experts_per_token", "shared_experts", "expert_ffn"):
+                if getattr(self, name):
+                    raise ValueError(f"{name} {getattr(self, name)} needs experts; accepted: 0 "
+                                     "for a dense model, or give experts")
         if self.positions and self.max_positions > self.positions:
             raise ValueError(f"max_positions {self.max_positions} exceeds the {self.positions} "
                              "learned positions; accepted: at most positions")
         choice("mlp", self.mlp, MLP_KINDS)
         choice("norm", self.norm, NORM_KINDS)
-        for name in ("bias", "tied_embeddings", "dropout"):
+        for name in ("bias", "tied_embeddings", "dropout", "qkv_bias"):
             object.__setattr__(self, name, bool(getattr(self, name)))
 
     @property
     def head_dim(self) -> int:
-        """Width of one attention head: h / a."""
-        return self.hidden // self.heads
+        """Width of one attention head: h / a, or :attr:`head_width` where it is given."""
+        return self.head_width or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (and of the output projection's input): a × head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def rotary_width(self) -> int:
+        """Head dimensions rotary positions rotate: :attr:`rotary_dim`, or the whole head."""
+        return self.rotary_dim or self.head_dim
+
+    @property
+    def moe(self) -> bool:
+        """Whether the MLP is a mixture of experts."""
+        return self.experts > 0
+
+    @property
+    def expert_width(self) -> int:
+        """Width of one expert's MLP: :attr:`expert_ffn`, or ``ffn``."""
+        return self.expert_ffn or self.ffn
 
     @property
     def kv_dim(self) -> int:
@@ -116,6 +176,13 @@ def shape(
     source: str = "",
     max_positions: int | None = None,
     sliding_window: int = 0,
+    head_width: int = 0,
+    qkv_bias: bool = False,
+    rotary_dim: int = 0,
+    experts: int = 0,
+    experts_per_token: int = 0,
+    shared_experts: int = 0,
+    expert_ffn: int = 0,
 ) -> ModelShape:
     """A checked :class:`ModelShape`; ``kv_heads`` defaults to ``heads`` (multi-head attention)
     and ``max_positions`` to the learned ``positions`` (0, unknown, for rotary models)."""
@@ -124,7 +191,9 @@ def shape(
         kv_heads=heads if kv_heads is None else kv_heads, mlp=mlp, norm=norm, bias=bias,
         tied_embeddings=tied_embeddings, positions=positions, dropout=dropout, source=source,
         max_positions=positions if max_positions is None else max_positions,
-        sliding_window=sliding_window,
+        sliding_window=sliding_window, head_width=head_width, qkv_bias=qkv_bias,
+        rotary_dim=rotary_dim, experts=experts, experts_per_token=experts_per_token,
+        shared_experts=shared_experts, expert_ffn=expert_ffn,
     )
 
 
@@ -165,6 +234,23 @@ class ParamBreakdown:
     layers: int
     final_norm: int
     lm_head: int
+    #: mixture of experts: parameters of one routed expert (part of ``per_layer_mlp``), the
+    #: routed experts per layer and those each token uses (top-k); 0 for a dense model
+    routed_expert: int = 0
+    routed_experts: int = 0
+    active_experts: int = 0
+
+    @property
+    def per_layer_routed(self) -> int:
+        """Parameters of one layer's routed experts, all of them (0 for a dense model)."""
+        return self.routed_expert * self.routed_experts
+
+    @property
+    def active(self) -> int:
+        """Parameters one token uses: the total less the routed experts it is not sent to
+        (all of them for a dense model)."""
+        unused = self.routed_expert * (self.routed_experts - self.active_experts)
+        return self.total - self.layers * unused
 
     @property
     def per_layer(self) -> int:
@@ -185,15 +271,26 @@ def param_breakdown(m: ModelShape) -> ParamBreakdown:
     2023). MLP: two matrices of h × ffn (Vaswani et al. 2017, §3.3), three for SwiGLU
     (Shazeer 2020). Norms: LayerNorm has a gain and a bias (Ba et al. 2016), RMSNorm a gain
     only (Zhang & Sennrich 2019). Embeddings: V × h, plus learned positions.
+
+    The query and output projections are h × a·head_dim (h × h unless ``head_width`` is
+    given); ``qkv_bias`` adds biases to the query, key and value projections only (Qwen2).
+    A mixture of experts (:mod:`trainmath.moe`) replaces the MLP by a router, an h × E matrix
+    without bias (Mixtral's ``gate``; Shazeer et al. 2017's gating network), E routed experts
+    and any shared experts, each an MLP ``expert_ffn`` wide (Fedus et al. 2022, Switch
+    Transformer, §2; Jiang et al. 2024, Mixtral of Experts, §2.1).
     """
-    h, kv = m.hidden, m.kv_dim
-    attention = h * h + 2 * h * kv + h * h  # query, key, value, output projections
+    h, kv, q = m.hidden, m.kv_dim, m.q_dim
+    attention = h * q + 2 * h * kv + q * h  # query, key, value, output projections
     if m.bias:
-        attention += h + 2 * kv + h
-    if m.mlp == "gelu":  # up (h -> ffn), down (ffn -> h)
-        mlp = 2 * h * m.ffn + ((m.ffn + h) if m.bias else 0)
-    else:  # SwiGLU: gate and up (h -> ffn), down (ffn -> h); Shazeer 2020
-        mlp = 3 * h * m.ffn + ((2 * m.ffn + h) if m.bias else 0)
+        attention += q + 2 * kv + h
+    elif m.qkv_bias:
+        attention += q + 2 * kv
+    expert = 0
+    if m.moe:
+        expert = _mlp_params(m, m.expert_width)
+        mlp = h * m.experts + (m.experts + m.shared_experts) * expert  # router, experts
+    else:
+        mlp = _mlp_params(m, m.ffn)
     norm = 2 * h if m.norm == "layernorm" else h  # LayerNorm has a gain and a bias
     return ParamBreakdown(
         embedding=m.vocab * h + m.positions * h,
@@ -203,7 +300,18 @@ def param_breakdown(m: ModelShape) -> ParamBreakdown:
         layers=m.layers,
         final_norm=norm,
         lm_head=0 if m.tied_embeddings else m.vocab * h,
+        routed_expert=expert,
+        routed_experts=m.experts,
+        active_experts=m.experts_per_token,
     )
+
+
+def _mlp_params(m: ModelShape, width: int) -> int:
+    """One MLP ``width`` wide: up and down (GeLU), or gate, up and down (Shazeer 2020)."""
+    h = m.hidden
+    if m.mlp == "gelu":  # up (h -> width), down (width -> h)
+        return 2 * h * width + ((width + h) if m.bias else 0)
+    return 3 * h * width + ((2 * width + h) if m.bias else 0)  # gate, up, down
 
 
 def param_count(m: ModelShape) -> int:
@@ -247,21 +355,39 @@ def param_shapes(m: ModelShape) -> ParamShapes:
     ``c_attn`` do; the others keep q, k, v, gate and up separate, as Llama's reference code and
     Hugging Face's ``LlamaForCausalLM`` do. The layout changes no byte count, only the number of
     tensors (Adam keeps one step counter per tensor) and how FSDP2 pads each tensor's dim 0.
+
+    A mixture of experts keeps its router as one (E, h) matrix and its routed experts as 3-D
+    tensors, (E, 2·width, h) for the gate and up projections together and (E, h, width) for
+    the down projection, as ``MixtralExperts`` does in transformers 5; shared experts are
+    ordinary MLPs.
     """
-    h, kv, f = m.hidden, m.kv_dim, m.ffn
+    h, kv, f, q = m.hidden, m.kv_dim, m.ffn, m.q_dim
     layer: list[tuple[int, ...]] = []
     norm = [(h,), (h,)] if m.norm == "layernorm" else [(h,)]
     bias = m.bias
+    qkv_bias = bias or m.qkv_bias
     layer += norm
     if m.mlp == "gelu":
-        layer += [(h + 2 * kv, h)] + ([(h + 2 * kv,)] if bias else [])
+        layer += [(q + 2 * kv, h)] + ([(q + 2 * kv,)] if qkv_bias else [])
     else:
-        layer += [(h, h), (kv, h), (kv, h)] + ([(h,), (kv,), (kv,)] if bias else [])
-    layer += [(h, h)] + ([(h,)] if bias else [])
+        layer += [(q, h), (kv, h), (kv, h)] + ([(q,), (kv,), (kv,)] if qkv_bias else [])
+    layer += [(h, q)] + ([(h,)] if bias else [])
     layer += norm
-    ups = [(f, h)] if m.mlp == "gelu" else [(f, h), (f, h)]
-    layer += ups + ([(f,)] * len(ups) if bias else [])
-    layer += [(h, f)] + ([(h,)] if bias else [])
+
+    def mlp(width: int) -> list[tuple[int, ...]]:
+        ups = [(width, h)] if m.mlp == "gelu" else [(width, h), (width, h)]
+        return (ups + ([(width,)] * len(ups) if bias else [])
+                + [(h, width)] + ([(h,)] if bias else []))
+
+    if m.moe:
+        w, e = m.expert_width, m.experts
+        ups = 1 if m.mlp == "gelu" else 2
+        layer += [(e, h), (e, ups * w, h)] + ([(e, ups * w)] if bias else [])
+        layer += [(e, h, w)] + ([(e, h)] if bias else [])
+        for _ in range(m.shared_experts):
+            layer += mlp(w)
+    else:
+        layer += mlp(f)
     root: list[tuple[int, ...]] = [(m.vocab, h)]
     if m.positions:
         root.append((m.positions, h))
@@ -405,6 +531,14 @@ PRESETS: dict[str, ModelShape] = {
         *(gpt_shape(f"megatron-gpt-{size}", layers=layers, hidden=hidden, heads=heads,
                     vocab=51200, positions=2048, source=source)
           for size, heads, hidden, layers, source in _MEGATRON_GPTS),
+        shape(
+            "mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
+            max_positions=32768, experts=8, experts_per_token=2,
+            source="Jiang et al. 2024, Mixtral of Experts, Table 1 (8 experts, top-2); config.json "
+                   "of mistralai/Mixtral-8x7B-v0.1 (intermediate_size 14336 per expert, "
+                   "num_local_experts 8, num_experts_per_tok 2, max_position_embeddings 32768, "
+                   "sliding_window null)",
+        ),
     )
 }
 
@@ -456,6 +590,10 @@ TRAINING_DEFAULTS: dict[str, TrainedWith] = {
         "bf16-mixed", "megatron-eager",
         "megatron-eager: Megatron-LM's unfused attention, the layer Korthikanti et al. 2022 §4.1 "
         "count for this shape (GPT-3 predates FlashAttention); " + _NO_RECIPE),
+    "mixtral-8x7b": TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: FlashAttention-style kernels, as for Mistral 7B, whose architecture Mixtral "
+        "keeps (Jiang et al. 2024 §2; assumed: the paper names no kernels); " + _NO_RECIPE),
 }
 
 #: The defaults for a shape that is not a preset, or a parameter count: the ZeRO paper's count
@@ -466,12 +604,23 @@ CUSTOM_DEFAULTS = TrainedWith(
     "megatron-eager, the kernels of Korthikanti et al. 2022's eq. 1")
 
 
-def trained_with(model: ModelShape) -> TrainedWith:
-    """The defaults for ``model``: its preset's (:data:`TRAINING_DEFAULTS`) when it is a preset
-    unchanged, else :data:`CUSTOM_DEFAULTS`."""
+def preset_like(model: ModelShape) -> str | None:
+    """The name of the preset whose shape ``model`` has, every field but its name and source
+    equal (a config.json read by :mod:`trainmath.hfconfig`, say), or None."""
     if PRESETS.get(model.name) == model:
-        return TRAINING_DEFAULTS[model.name]
-    return CUSTOM_DEFAULTS
+        return model.name
+    for p in PRESETS.values():
+        if replace(p, name=model.name, source=model.source) == model:
+            return p.name
+    return None
+
+
+def trained_with(model: ModelShape) -> TrainedWith:
+    """The defaults for ``model``: its preset's (:data:`TRAINING_DEFAULTS`) when it has a
+    preset's shape (:func:`preset_like`: the preset itself, or the same shape under another
+    name, such as that model's config.json), else :data:`CUSTOM_DEFAULTS`."""
+    like = preset_like(model)
+    return CUSTOM_DEFAULTS if like is None else TRAINING_DEFAULTS[like]
 
 
 def preset(name: str) -> ModelShape:

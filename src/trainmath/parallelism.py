@@ -23,6 +23,14 @@ vocabulary for parallel sizes; the papers write t for tp and p for pp.
   :func:`trainmath.sharding.zero_states` over **dp · cp** ranks. That is what Megatron-Core does:
   its distributed optimizer and gradient reduction use the data-parallel group *with* context
   parallelism (``intra_dp_cp_group`` in ``megatron/core/optimizer/__init__.py``).
+- **expert parallel** (``ep``, a mixture of experts only; Lepikhin et al. 2021, *GShard*;
+  Megatron-Core MoE): each layer's routed experts are split ep ways inside the data-parallel
+  group ("the EP group in MoE is a sub-group of DP", Megatron-Core MoE README, *MoE Parallel
+  Folding*), so ep divides dp and the expert count and adds no GPUs. Expert weights are also
+  split by tp (``--expert-tensor-parallel-size`` defaults to the tensor-parallel size, same
+  README), so one device holds 1/(ep·tp) of them, and ZeRO shards their states over the
+  dp·cp/ep ranks that hold the same experts (the expert data-parallel group); the router,
+  attention, norms and embeddings are dense, as before. :mod:`trainmath.moe` has the rest.
 
 Main entry points:
 
@@ -49,7 +57,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .activations import RECOMPUTE_KINDS
-from .collectives import ring_all_reduce_factor, ring_gather_factor
+from .collectives import all_to_all_factor, ring_all_reduce_factor, ring_gather_factor
 from .memory import BytesPerParam, ModelStates, bytes_per_param, recipe
 from .models import ModelShape, param_breakdown
 from .sharding import _zero_states, check_stage, zero_traffic
@@ -72,13 +80,21 @@ class Layout:
     cp: int = 1
     v: int = 1
     sequence_parallel: bool = False
+    #: expert-parallel size: a mixture of experts' routed experts split over ep of the dp
+    #: data-parallel ranks (it adds no GPUs), which ep must divide
+    ep: int = 1
 
     def __post_init__(self) -> None:
         for name, what in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
                            ("pp", "pipeline-parallel size"), ("cp", "context-parallel size"),
-                           ("v", "model chunks per pipeline device")):
+                           ("v", "model chunks per pipeline device"),
+                           ("ep", "expert-parallel size")):
             object.__setattr__(self, name, positive_int(f"{name} ({what})", getattr(self, name)))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
+        if self.dp % self.ep:
+            raise ValueError(f"ep (expert-parallel size) {self.ep} does not divide dp "
+                             f"{self.dp}: expert parallelism runs inside the data-parallel group "
+                             f"(Megatron-Core); accepted: a divisor of {self.dp}")
 
     @property
     def gpus(self) -> int:
@@ -90,6 +106,11 @@ class Layout:
         """Ranks that share (and shard) the same weights: dp · cp."""
         return self.dp * self.cp
 
+    @property
+    def expert_zero_group(self) -> int:
+        """Ranks that hold the same experts and shard their states: dp · cp / ep."""
+        return self.dp * self.cp // self.ep
+
     def describe(self) -> str:
         """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus SP and interleaving when on)."""
         gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
@@ -98,19 +119,21 @@ class Layout:
             text += ", sequence parallel"
         if self.v > 1:
             text += f", {self.v} chunks per pipeline device"
+        if self.ep > 1:
+            text += f", experts split ep {self.ep} ways within dp"
         return text
 
 
 def layout(
     dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1,
-    sequence_parallel: bool = False,
+    sequence_parallel: bool = False, ep: int = 1,
 ) -> Layout:
     """A :class:`Layout` with every degree checked to be a positive whole number.
 
     >>> layout(dp=16, tp=8, pp=4).gpus
     512
     """
-    return Layout(dp, tp, pp, cp, v, sequence_parallel)
+    return Layout(dp, tp, pp, cp, v, sequence_parallel, ep)
 
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
@@ -170,6 +193,7 @@ def validate(
         problems.append(f"kv_heads {model.kv_heads} is not divisible by tp {tp}")
     if model.ffn % tp:
         problems.append(f"ffn {model.ffn} is not divisible by tp {tp}")
+    problems += _expert_problems(model, lay)
     if model.layers % lay.pp:
         problems.append(f"layers {model.layers} is not divisible by pp {lay.pp}")
     elif lay.v > 1 and model.layers % (lay.pp * lay.v):
@@ -203,6 +227,20 @@ def validate(
     return lay
 
 
+def _expert_problems(model: ModelShape, lay: Layout) -> list[str]:
+    """What expert parallelism cannot split: ep with a dense model, experts or their width."""
+    problems = []
+    if lay.ep > 1 and not model.moe:
+        problems.append(f"ep {lay.ep} needs a mixture of experts, and {model.name} is dense "
+                        "(accepted: ep 1)")
+    elif model.moe:
+        if model.experts % lay.ep:
+            problems.append(f"experts {model.experts} is not divisible by ep {lay.ep}")
+        if model.expert_width % lay.tp:
+            problems.append(f"expert ffn {model.expert_width} is not divisible by tp {lay.tp}")
+    return problems
+
+
 # -- parameters and memory per device -----------------------------------------------------------
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -222,11 +260,19 @@ class StageParams:
     embedding: int
     lm_head: int
     final_norm: int
+    #: routed experts' parameters on this device (all layers of the stage), split ep·tp ways;
+    #: ZeRO shards their states over the expert data-parallel group, dp·cp/ep
+    expert: int = 0
+
+    @property
+    def dense(self) -> int:
+        """Parameters on this device that every data-parallel rank holds alike."""
+        return self.layer_sharded + self.layer_replicated + self.embedding + self.lm_head + self.final_norm
 
     @property
     def total(self) -> int:
         """Parameters on one device of this stage."""
-        return self.layer_sharded + self.layer_replicated + self.embedding + self.lm_head + self.final_norm
+        return self.dense + self.expert
 
 
 def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
@@ -242,6 +288,9 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     for name, value in (("heads", model.heads), ("kv_heads", model.kv_heads), ("ffn", model.ffn)):
         if value % lay.tp:
             raise ValueError(f"{name} {value} is not divisible by tp {lay.tp}")
+    problems = _expert_problems(model, lay)
+    if problems:
+        raise ValueError("; ".join(problems))
     return _stage_params(model, lay)
 
 
@@ -251,7 +300,10 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     parts = param_breakdown(model)
     h = model.hidden
     replicated = parts.per_layer_norms + (2 * h if model.bias else 0)
-    split = parts.per_layer - replicated
+    routed = parts.per_layer_routed  # routed experts: split ep·tp ways
+    if model.moe:
+        replicated += h * model.experts  # the router, on every rank
+    split = parts.per_layer - replicated - routed
     if split % tp:  # cannot happen once heads, kv_heads and ffn divide by tp; guard the algebra
         raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {tp}")
     per_stage = model.layers // pp
@@ -276,6 +328,7 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
                 embedding=embedding,
                 lm_head=lm_head,
                 final_norm=final_norm,
+                expert=per_stage * routed // (lay.ep * tp),
             )
         )
     return tuple(stages)
@@ -292,6 +345,10 @@ class DeviceMemory(ModelStates):
     #: ranks the model states are sharded over (dp · cp)
     zero_group: int
     activations: Bytes
+    #: of ``params``, the routed experts' (a mixture of experts), whose states ZeRO shards over
+    #: ``expert_zero_group`` ranks (dp · cp / ep) instead
+    expert_params: int = 0
+    expert_zero_group: int = 1
 
     @property
     def total(self) -> Bytes:
@@ -351,13 +408,17 @@ def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPe
     """:func:`device_memory` on checked inputs, with one activation amount per stage."""
     result = []
     for sp, act in zip(_stage_params(model, lay), acts):
-        states = _zero_states(sp.total, lay.zero_group, zero_stage, per)
+        states = _zero_states(sp.dense, lay.zero_group, zero_stage, per)
+        experts = _zero_states(sp.expert, lay.expert_zero_group, zero_stage, per)
         result.append(
             DeviceMemory(
                 stage=sp.stage, params=sp.total, zero_stage=zero_stage, zero_group=lay.zero_group,
-                weights=states.weights, gradients=states.gradients,
-                master_weights=states.master_weights, optimizer_states=states.optimizer_states,
-                activations=act,
+                weights=states.weights + experts.weights,
+                gradients=states.gradients + experts.gradients,
+                master_weights=states.master_weights + experts.master_weights,
+                optimizer_states=states.optimizer_states + experts.optimizer_states,
+                activations=act, expert_params=sp.expert,
+                expert_zero_group=lay.expert_zero_group,
             )
         )
     return tuple(result)
@@ -415,11 +476,14 @@ class Communication:
     tensor_parallel: Bytes
     pipeline_parallel: Bytes
     context_parallel: Bytes
+    #: the all-to-alls of expert parallelism (a mixture of experts with ep > 1)
+    expert_parallel: Bytes = Bytes(0)
 
     @property
     def total(self) -> Bytes:
         """Bytes this device sends per step, all schemes together."""
-        return self.data_parallel + self.tensor_parallel + self.pipeline_parallel + self.context_parallel
+        return (self.data_parallel + self.tensor_parallel + self.pipeline_parallel
+                + self.context_parallel + self.expert_parallel)
 
     def parts(self) -> dict[str, Bytes]:
         """Each scheme's bytes by name."""
@@ -428,6 +492,7 @@ class Communication:
             "tensor parallel": self.tensor_parallel,
             "pipeline parallel": self.pipeline_parallel,
             "context parallel": self.context_parallel,
+            "expert parallel": self.expert_parallel,
         }
 
 
@@ -502,7 +567,12 @@ def communication(
       forward, another in the backward and a reduce-scatter of their gradients (Megatron-Core
       "Context parallelism overview": KV are gathered again in backward, dKV reduce-scattered),
       each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/tp) values in a ring; recomputation
-      (selective or full) reruns the attention forward and gathers K and V once more.
+      (selective or full) reruns the attention forward and gathers K and V once more;
+    - expert parallel (ep > 1): per MoE layer and micro-batch four all-to-alls of the
+      b·(s/cp)·k·h token copies, (ep-1)/ep of each leaving the device
+      (:func:`trainmath.moe.all_to_all_elements`), six with full recomputation, which reruns
+      the forward's two. Each tensor-parallel rank is counted as dispatching all its tokens
+      (an upper bound where the dispatcher splits them over the tensor-parallel ranks).
     """
     s = positive_int("seq_len (s)", seq_len)
     b = positive_int("micro_batch (b)", micro_batch)
@@ -521,9 +591,12 @@ def communication(
     for sp in stages:
         i = sp.stage
         dp_bytes = zero_traffic(
-            sp.total, lay.zero_group, zero_stage, microbatches=m, weight_bytes=r.weights,
-            grad_bytes=g,
+            sp.dense if sp.expert else sp.total, lay.zero_group, zero_stage, microbatches=m,
+            weight_bytes=r.weights, grad_bytes=g,
         ).total if lay.zero_group > 1 else Bytes(0)
+        if sp.expert and lay.expert_zero_group > 1:  # experts reduce over dp·cp/ep replicas
+            dp_bytes += zero_traffic(sp.expert, lay.expert_zero_group, zero_stage, microbatches=m,
+                                     weight_bytes=r.weights, grad_bytes=g).total
         if tp > 1:
             count = tensor_parallel_collectives(
                 sp.layers, first=i == 0, last=i == pp - 1,
@@ -544,7 +617,13 @@ def communication(
             cp_bytes = Bytes(passes * ring_gather_factor(cp) * kv * sp.layers * m)
         else:
             cp_bytes = Bytes(0)
-        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes))
+        if lay.ep > 1:
+            passes = 4 + (2 if recompute == "full" else 0)
+            copies = tokens * model.experts_per_token * model.hidden * act
+            ep_bytes = Bytes(passes * all_to_all_factor(lay.ep) * copies * sp.layers * m)
+        else:
+            ep_bytes = Bytes(0)
+        result.append(Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes, ep_bytes))
     if stage is None:
         return max(result, key=lambda c: (c.total, -c.stage))
     if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:

@@ -299,6 +299,52 @@ def stacked_bar(parts: Mapping[str, Bytes], *, title: str,
     return Chart(fig, alt + ".")
 
 
+def stacked_bars(rows: Mapping[str, Mapping[str, Bytes]], *, title: str,
+                 colors: Mapping[str, str], limit: tuple[str, Bytes] | None = None,
+                 unit: str = "GB") -> Chart:
+    """One horizontal stacked bar per row (top to bottom in order), each part a colour named in
+    ``colors`` and listed once in the legend, the row's total at its end, and an optional
+    ``limit`` drawn as a dashed line: several setups side by side.
+
+    Alt text: "Stacked bars: full: weights 13 GB, ...; total 135 GB. lora: ...".
+    """
+    scale = _SCALE[unit]
+    labels = list(rows)
+    fig, ax = figure(height=0.9 + 0.55 * len(labels))
+    with matplotlib.rc_context(_STYLE):
+        drawn: set[str] = set()
+        right = limit[1].n / scale if limit else 0.0
+        for y, label in enumerate(labels):
+            left = 0.0
+            for kind, amount in rows[label].items():
+                ax.barh(y, amount.n / scale, left=left, height=0.6, color=color(colors[kind]),
+                        edgecolor=color("background"), linewidth=1.2,
+                        label=None if kind in drawn else kind)
+                drawn.add(kind)
+                left += amount.n / scale
+            total = sum(rows[label].values(), Bytes(0))
+            ax.annotate(_amount(total, unit), (left, y), xytext=(4, 0), textcoords="offset points",
+                        va="center", ha="left")
+            right = max(right, left)
+        if limit is not None:
+            x = limit[1].n / scale
+            ax.axvline(x, color=color("text"), linestyle="--", linewidth=1.3)
+            ax.annotate(f"{limit[0]}: {_amount(limit[1], unit)}", (x, len(labels) - 0.55),
+                        xytext=(-4, 0), textcoords="offset points", ha="right", va="bottom")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.set_xlim(0, right * 1.15)
+        ax.set_xlabel(f"{unit} ({'10^9' if unit == 'GB' else '2^30'} bytes)")
+        set_title(ax, title, width=44)  # the row labels take part of the width
+        fig.legend(ncols=3, loc="outside lower center", handlelength=1.2, columnspacing=1.2)
+    alt = "Stacked bars: " + " ".join(
+        f"{label}: " + ", ".join(f"{k} {_amount(v, unit)}" for k, v in parts.items() if v.n)
+        + f"; total {_amount(sum(parts.values(), Bytes(0)), unit)}." for label, parts in rows.items())
+    if limit is not None:
+        alt += f" Against {limit[0]}: {_amount(limit[1], unit)}."
+    return Chart(fig, alt)
+
+
 def line_chart(x: Sequence[float], series: Mapping[str, Sequence[float | Bytes]], *,
                title: str, xlabel: str, ylabel: str, unit: str = "GB", logx: bool = False,
                logy: bool = False, xticks: Sequence[tuple[float, str]] | None = None,

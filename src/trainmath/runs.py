@@ -57,9 +57,11 @@ from .activations import (IMPLEMENTATIONS, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KI
                           _layer, _output, _rotary, _stage, check_context_parallel, implementation,
                           kernels_problem)
 from .compute import GPU_ALIASES, GPUS, Peak, flops_per_token, gpu as _accelerator, time_to_train
+from . import finetune as _ft
+from .finetune import Adapter
 from .memory import BytesPerParam, Recipe, bytes_per_param, optimizer, optimizer_impl, recipe
-from .models import (CUSTOM_DEFAULTS, ModelShape, param_count, param_shapes, preset,
-                     trained_with)
+from .models import (CUSTOM_DEFAULTS, ModelShape, param_breakdown, param_count, param_shapes,
+                     preset, trained_with)
 from .parallelism import (DeviceMemory, Layout, _bubble, _device_memory, _microbatches,
                           _stage_params, fullest, validate)
 from .peak import GatheredUnits, StepInputs, StepPeak, _step_peak, _temporaries
@@ -293,11 +295,17 @@ class Run:
     budget: Budget | None = None
     #: GPUs on one node, for the host memory offload needs per node; None: per device only
     gpus_per_node: int | None = None
+    #: a LoRA or QLoRA adapter on the frozen model (:mod:`trainmath.finetune`); None: every
+    #: parameter is trained (pre-training or full fine-tuning)
+    adapter: Adapter | None = None
 
     def __post_init__(self) -> None:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
+        adapter_defaults = None
+        if self.adapter is not None:
+            adapter_defaults = _check_adapter(self)
         if self.gpu is not None and not isinstance(self.gpu, Gpu):
             raise ValueError(f"gpu must be a Gpu or None, got {self.gpu!r}")
         if not isinstance(self.overhead, Bytes) or self.overhead.n < 0:
@@ -314,6 +322,10 @@ class Run:
                                                            "count)", self.model))
             _check_count_only(lay, batch)
         training, assumed = _resolve(self.training, self.shape)
+        if adapter_defaults:  # peft's fp32 adapters, Hugging Face's kernels, when not given
+            training, assumed = _resolve(replace(self.training, **adapter_defaults), self.shape)
+            assumed = tuple(sorted({*assumed, *adapter_defaults},
+                                   key=("recipe", "implementation", "optimizer_impl").index))
         if not self.training.resolved:
             object.__setattr__(self, "training", training)
             object.__setattr__(self, "assumed", assumed)
@@ -342,6 +354,8 @@ class Run:
             raise ValueError(f"implementation {t.implementation!r}: {problem}")
         if recipe(t.recipe).name == "fsdp2" and lay.pp > 1:
             raise ValueError("recipe 'fsdp2' with pp > 1 is not modelled; accepted: pp = 1")
+        if recipe(t.recipe).name == "fsdp2" and lay.ep > 1:
+            raise ValueError("recipe 'fsdp2' with ep > 1 is not modelled; accepted: ep = 1")
 
     @property
     def shape(self) -> ModelShape | None:
@@ -379,10 +393,47 @@ def _check_offload(t: Training) -> None:
                          f"got stage {t.zero_stage}; accepted: stage 3")
 
 
+def _check_adapter(r: Run) -> dict[str, str]:
+    """What an adapter run needs (one device's whole model, a Llama-style shape, an adapter
+    recipe); the choices to assume when not given: the recipe ``fp32`` (peft keeps adapters
+    in fp32) and Hugging Face's kernels (``hf-sdpa``; transformers and peft run LoRA)."""
+    if not isinstance(r.adapter, Adapter):
+        raise ValueError(f"adapter must be a trainmath.finetune.Adapter or None, got {r.adapter!r}")
+    if r.shape is None:
+        raise ValueError("a LoRA or QLoRA run needs a model shape, not a parameter count alone: "
+                         "the adapter's size depends on the matrices; accepted: a ModelShape")
+    _ft.check_model(r.shape)
+    lay, t = r.layout, r.training
+    split = {k: getattr(lay, k) for k in ("tp", "pp", "cp", "v") if getattr(lay, k) > 1}
+    if split:
+        given = ", ".join(f"{k} {n}" for k, n in split.items())
+        raise ValueError(f"LoRA and QLoRA are modelled with the whole model on each device; got "
+                         f"{given}; accepted: tp = pp = cp = v = 1 (dp replicas are fine)")
+    if t.zero_stage not in (None, 0):
+        raise ValueError(f"ZeRO stage {t.zero_stage} with an adapter is not modelled; accepted: 0")
+    if t.offload != "none":
+        raise ValueError(f"offload {t.offload!r} with an adapter is not modelled; accepted: "
+                         "offload 'none'")
+    if r.budget is not None:
+        raise ValueError("a time to train with an adapter is not modelled (its backward computes "
+                         "no gradients for the frozen weights, so 6 FLOPs per parameter and token "
+                         "overcounts); accepted: no tokens and mfu")
+    if t.recipe is not None and t.recipe not in _ft.ADAPTER_RECIPES:
+        raise ValueError(f"recipe {t.recipe!r} for the adapter's weights is not modelled; "
+                         f"accepted: {', '.join(_ft.ADAPTER_RECIPES)}")
+    defaults = {}
+    if t.recipe is None:
+        defaults["recipe"] = "fp32"
+    if t.implementation is None:
+        defaults["implementation"] = "hf-eager" if t.attention == "eager" else "hf-sdpa"
+    return defaults
+
+
 def _check_count_only(lay: Layout, batch: Batch) -> None:
     """A parameter count cannot be split over tp or pp ranks, nor scheduled in a pipeline."""
     given = {"global_batch": batch.global_batch, "v": lay.v if lay.v > 1 else None,
-             "tp": lay.tp if lay.tp > 1 else None, "pp": lay.pp if lay.pp > 1 else None}
+             "tp": lay.tp if lay.tp > 1 else None, "pp": lay.pp if lay.pp > 1 else None,
+             "ep": lay.ep if lay.ep > 1 else None}
     needs = tuple(name for name, value in given.items() if value is not None)
     if needs:
         listing = " and ".join(f"{name} {given[name]}" for name in needs)
@@ -420,13 +471,16 @@ def run(
     tokens: int | None = None,
     mfu: float | None = None,
     gpus_per_node: int | None = None,
+    adapter: Adapter | None = None,
+    ep: int = 1,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
     such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`), which overrides
     the kind's memory when both are given; ``overhead`` an amount too. ``tokens`` and ``mfu``
     go together (:class:`Budget`). What is left None the Run fills from the model's and the
-    recipe's defaults (:class:`Training`).
+    recipe's defaults (:class:`Training`). ``adapter`` is a
+    :class:`trainmath.finetune.Adapter` (LoRA or QLoRA on the frozen model).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -446,12 +500,13 @@ def run(
         model=model,
         training=Training(recipe, optimizer, zero_stage, recompute, implementation, mlp_kernel,
                           attention, optimizer_impl, offload),
-        layout=Layout(dp, tp, pp, cp, v, sequence_parallel),
+        layout=Layout(dp, tp, pp, cp, v, sequence_parallel, ep),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
         overhead=overhead,
         budget=None if tokens is None else Budget(tokens, mfu),
         gpus_per_node=gpus_per_node,
+        adapter=adapter,
     )
 
 
@@ -607,6 +662,7 @@ class Estimate:
         time = self.time
         return {
             "params": self.params,
+            "active_params": self.params if shape is None else param_breakdown(shape).active,
             "per_device": {k: _whole(v) for k, v in per_device.items()},
             "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
                      "pipeline_stage": self.peak_stage,
@@ -631,6 +687,7 @@ class Estimate:
                 "peak": time.peak.describe(), "seconds": time.seconds,
                 "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
                 "tokens_per_second": time.tokens_per_second},
+            "finetune": self._finetune_dict(),
             "inputs": {
                 "model": None if shape is None else shape.name,
                 "shape": None if shape is None else {
@@ -638,7 +695,7 @@ class Estimate:
                     if f.name not in ("name", "source")},
                 "recipe": t.recipe, "optimizer": t.optimizer, "optimizer_impl": t.optimizer_impl,
                 "zero": t.zero_stage,
-                "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
+                "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
                 "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
                 "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
                 "interleave": lay.v, "recompute": t.recompute,
@@ -652,8 +709,28 @@ class Estimate:
                 "gpus_per_node": r.gpus_per_node,
                 "tokens": None if r.budget is None else r.budget.tokens,
                 "mfu": None if r.budget is None else float(r.budget.mfu),
+                "adapter": None if r.adapter is None else {
+                    "method": r.adapter.method, "rank": r.adapter.rank,
+                    "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
+                    "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
             },
         }
+
+    @property
+    def adapter_states(self) -> _ft.AdapterStates | None:
+        """A LoRA or QLoRA run's states split into frozen base and adapter; None without one."""
+        r = self.run
+        if r.adapter is None:
+            return None
+        return _ft._adapter_states(r.shape, r.adapter, recipe(r.training.recipe), r.training.optimizer)
+
+    def _finetune_dict(self) -> dict | None:
+        st = self.adapter_states
+        if st is None:
+            return None
+        return {"trainable_params": st.trainable, "frozen_params": st.frozen,
+                "frozen_weights": _whole(st.frozen_weights),
+                "adapter_weights": _whole(st.adapter_weights)}
 
     def to_json(self) -> str:
         """:meth:`to_dict` as the command prints it (indented by two spaces)."""
@@ -673,6 +750,8 @@ def estimate(run: Run) -> Estimate:
     """
     lay, t, batch, shape = run.layout, run.training, run.batch, run.shape
     r = recipe(t.recipe)
+    if run.adapter is not None:
+        return _adapter_estimate(run, r)
     per = bytes_per_param(t.recipe, t.optimizer)
     if shape is None:  # a parameter count alone: model states on one data-parallel rank
         s = _zero_states(run.params, lay.zero_group, t.zero_stage, per)
@@ -832,8 +911,12 @@ def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
     h, V = shape.hidden, shape.vocab
     zero = Bytes(0)
     P = d.params
+    Pe, ne = d.expert_params, d.expert_zero_group  # routed experts: their own ZeRO group
+    Pd = P - Pe
     # the parameter tensors on this device, for Adam's step counters and the largest one
-    layer_tensors = [Fraction(math.prod(s), tp if len(s) > 1 else 1) for s in shapes.layer]
+    # (3-D tensors are a mixture's routed experts, split ep·tp ways)
+    layer_tensors = [Fraction(math.prod(s), (tp * lay.ep if len(s) == 3 else tp) if len(s) > 1 else 1)
+                     for s in shapes.layer]
     root_first = [Fraction(V * h, tp)] + ([Fraction(shape.positions * h)] if shape.positions else [])
     norms = 2 if shape.norm == "layernorm" else 1
     root_last = [Fraction(h)] * norms + ([Fraction(V * h, tp)] if not shape.tied_embeddings or pp > 1 else [])
@@ -843,10 +926,11 @@ def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
     largest = max(layer_tensors + (root_first if first else []) + (root_last if last else []))
     # gradients: persistent (Megatron's buffer), at the end of backward, at the step
     persistent = d.gradients if r.persistent_gradients else zero
-    backward = zero if r.persistent_gradients else _share(P * r.gradients, n, z >= 2)
-    step = d.gradients + _share(P * r.step_copy, n, z >= 1)
+    backward = zero if r.persistent_gradients else (
+        _share(Pd * r.gradients, n, z >= 2) + _share(Pe * r.gradients, ne, z >= 2))
+    step = d.gradients + _share(Pd * r.step_copy, n, z >= 1) + _share(Pe * r.step_copy, ne, z >= 1)
     sharded_opt = z >= 1
-    numel = Fraction(P, n) if sharded_opt else Fraction(P)
+    numel = Fraction(Pd, n) + Fraction(Pe, ne) if sharded_opt else Fraction(P)
     local_largest = -(-largest // n) if sharded_opt else largest
     temps = _temporaries(t.optimizer_impl, numel, local_largest, _state_value(r, t))
     tied = zero
@@ -886,10 +970,13 @@ def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: boo
         head = Bytes(c * (V * h + norms * h))  # the LM head's (or tied embedding's) and norm's
         return GatheredUnits(layer, layer, layer * Fraction(reduce, c), layer_rank.gradients,
                              root, head, root, root * Fraction(reduce, c))
-    per_layer = Fraction(param_count(shape) - _root_params(shape), shape.layers * tp)
-    layer = Bytes(c * per_layer)
+    routed = param_breakdown(shape).per_layer_routed  # a mixture's experts: ep·tp ways
+    dense = Fraction(param_count(shape) - _root_params(shape) - shape.layers * routed,
+                     shape.layers * tp)
+    experts = Fraction(routed, lay.ep * tp)
+    layer = Bytes(c * (dense + experts))
     head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
-    grads = Bytes(Fraction(r.gradients * per_layer, n))
+    grads = Bytes(r.gradients * (dense / n + experts / lay.expert_zero_group))
     return GatheredUnits(layer, layer, layer * Fraction(reduce, c), grads, head, head, head,
                          head * Fraction(reduce, c))
 
@@ -898,3 +985,59 @@ def _root_params(shape: ModelShape) -> int:
     norms = 2 if shape.norm == "layernorm" else 1
     head = 0 if shape.tied_embeddings else shape.vocab * shape.hidden
     return shape.vocab * shape.hidden + shape.positions * shape.hidden + norms * shape.hidden + head
+
+
+# -- LoRA and QLoRA -----------------------------------------------------------------------------
+def _adapter_estimate(run: Run, r: Recipe) -> Estimate:
+    """One device of a LoRA or QLoRA run (:mod:`trainmath.finetune`): the frozen base and the
+    adapter's states, activations through the frozen layers, and the step's peak."""
+    shape, t, batch, a = run.shape, run.training, run.batch, run.adapter
+    states = _ft._adapter_states(shape, a, r, t.optimizer)
+    compute = _ft.BASE_BYTES  # the frozen base computes in 16-bit (QLoRA: bf16, dequantised)
+    adapter_bytes = _ft.adapter_value_bytes(r)
+    layer = None
+    stage_acts: tuple[StageActivations | None, ...] = (None,)
+    if batch.seq_len is not None:
+        s, b = batch.seq_len, batch.micro_batch
+        family = implementation(t.implementation).family
+        split = (shape, s, b, 1, False, 1)
+        full = _layer(*split, t.recompute, t.attention, compute, MASK_BYTES, STAT_BYTES,
+                      t.mlp_kernel, family, False)
+        layer = full
+        if t.recompute != "full":
+            layer = _ft._lora_layer(full, shape, a, s * b, compute, adapter_bytes, MASK_BYTES)
+        output = _ft._frozen_output(_output(*split, compute, STAT_BYTES, family, False))
+        rotary = _rotary(shape, s, 1, compute, False)
+        stage_acts = (_stage(shape, layer, _ft.frozen_embedding(), output, 1, None,
+                             _in_flight(1, 1, None, 0), rotary, 1),)
+    acts = Bytes(0) if layer is None else stage_acts[0].total
+    device = DeviceMemory(
+        stage=0, params=states.frozen, zero_stage=0, zero_group=run.layout.zero_group,
+        weights=states.weights, gradients=states.gradients, master_weights=states.master_weights,
+        optimizer_states=states.optimizer_states, activations=acts)
+    peak = _step_peak(_adapter_step_inputs(run, r, states, stage_acts[0]))
+    return Estimate(run, (device,), device, layer, None, None, peak, 0, stage_acts)
+
+
+def _adapter_step_inputs(run: Run, r: Recipe, states: _ft.AdapterStates,
+                         acts: StageActivations | None) -> StepInputs:
+    """What one device holds over a step of an adapter run: only the adapter has gradients,
+    step counters, a step copy and optimizer temporaries."""
+    shape, t, batch = run.shape, run.training, run.batch
+    n = states.trainable
+    zero = Bytes(0)
+    counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * states.trainable_tensors)
+    backward = states.gradients
+    step = states.gradients + Bytes(n * r.step_copy)
+    largest = max(a.rank * max(d_in, d_out) for a in (run.adapter,)
+                  for d_in, d_out in (_ft.matrices(shape)[m] for m in run.adapter.targets))
+    temps = _temporaries(t.optimizer_impl, n, largest, _state_value(r, t))
+    if acts is None:
+        A = layer_A = out_A = logits = zero
+    else:
+        A, layer_A, out_A = acts.total, acts.per_layer.total, acts.outputs
+        logits = Bytes(FP32_BYTES * batch.seq_len * batch.micro_batch * shape.vocab)
+    logits16 = logits * Fraction(_ft.BASE_BYTES, FP32_BYTES)
+    return StepInputs(states.weights, states.master_weights, states.optimizer_states, counters,
+                      zero, backward, step, A, layer_A, out_A, logits, logits16, zero, temps,
+                      shape.layers)

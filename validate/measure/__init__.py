@@ -26,8 +26,9 @@ integers, bytes (not GB):
     configurations    list of objects, each:
       id              stable id, "<kind>/<model>/<implementation>/<precision or recipe>
                       [/foreach][/dp<N>-rank<R>]/s<s>-b<b>"
-      kind            "saved" (bytes saved for backward by one forward pass) or
-                      "step" (a whole training step: states after it, its peak)
+      kind            "saved" (bytes saved for backward by one forward pass),
+                      "step" (a whole training step: states after it, its peak) or
+                      "finetune" (LoRA with peft: both, ``finetune.py``)
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
                       kv_heads, ffn, vocab, mlp, norm, bias, tied_embeddings, positions,
                       dropout, dropout_p, norm_eps, rope_theta, sliding_window, family,
@@ -40,6 +41,8 @@ integers, bytes (not GB):
                       bf16-master-free-grads | autocast-fp32 | fsdp2-bf16
       optimizer       (step) {name: "torch.optim.AdamW", foreach: bool}
       dp, rank        (step) data-parallel size and the rank measured (1, 0 unless FSDP2)
+      adapter         (finetune) {method "lora", r, targets [q, k, v, o, gate, up, down],
+                      dropout, dtype of the adapters "fp32"}
       measured        kind "saved":
         total             every storage saved for backward except parameters
         weight_copies     part of total: 16-bit copies of parameters (autocast)
@@ -70,4 +73,9 @@ integers, bytes (not GB):
                           yet made); setup (master copies) counts in it
         phase_peaks       {phase: highest bytes alive during it}, second step
         alive_after_step  {category: bytes} alive after the second step
+                      kind "finetune": trainable_count and parameters_count (peft's
+                      get_nb_trainable_parameters), saved (as kind "saved"), and states,
+                      peak, phase_peaks, first_step_peak, alive_after_step as kind "step";
+                      states add frozen_parameters and trainable_parameters (bytes), and
+                      dtypes {frozen, trainable, optimizer_states}
 """

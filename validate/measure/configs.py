@@ -10,14 +10,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import saved, shapes, step
+from . import finetune, saved, shapes, step
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
 
-MODELS = tuple(shapes.SHAPES)
+MODELS = tuple(name for name in shapes.SHAPES if name not in shapes.MOE)
 HF_MODELS = tuple(name for name, s in shapes.SHAPES.items() if s["family"] in ("llama", "mistral"))
 LENGTHS = (2048, 4096)
+FINETUNE = ((16, ("q", "v")), (64, ("q", "k", "v", "o", "gate", "up", "down")))
 MASTER_RECIPES = ("zero-bf16", "megatron-bf16", "bf16-master-naive", "bf16-master-free-grads")
 
 
@@ -34,11 +35,16 @@ class Config:
     dp: int = 1
     rank: int = 0
     fast: bool = field(default=False, compare=False)  # in the quick subset the tests always run
+    rank_r: int = 0  # finetune: the LoRA rank r
+    targets: tuple[str, ...] = ()  # finetune: the matrices LoRA targets (q, k, v, o, gate, up, down)
 
     @property
     def id(self) -> str:
         parts = [self.kind, self.model, self.implementation]
-        parts.append(self.precision if self.kind == "saved" else self.recipe)
+        if self.kind == "finetune":
+            parts.append(f"lora-r{self.rank_r}-{'+'.join(self.targets)}")
+        else:
+            parts.append(self.precision if self.kind == "saved" else self.recipe)
         if self.foreach:
             parts.append("foreach")
         if self.dp > 1:
@@ -47,6 +53,9 @@ class Config:
         return "/".join(parts)
 
     def measure(self) -> dict:
+        if self.kind == "finetune":
+            return finetune.measure_lora(self.model, self.rank_r, self.targets, self.s, self.b,
+                                         foreach=self.foreach)
         if self.kind == "saved":
             return saved.measure_saved(self.model, self.implementation, self.s, self.b,
                                        self.precision)
@@ -57,7 +66,12 @@ class Config:
         out = {"id": self.id, "kind": self.kind, "model": self.model,
                "shape": shapes.for_length(self.model, self.s), "implementation": self.implementation,
                "s": self.s, "b": self.b}
-        if self.kind == "saved":
+        if self.kind == "finetune":
+            out |= {"adapter": {"method": "lora", "r": self.rank_r, "targets": list(self.targets),
+                                "dropout": 0.0, "dtype": "fp32"},
+                    "dtype": {"parameters": "bf16", "compute": "bf16"},
+                    "optimizer": {"name": "torch.optim.AdamW", "foreach": self.foreach}}
+        elif self.kind == "saved":
             param_dtype, autocast = saved.PRECISIONS[self.precision]
             out |= {"precision": self.precision,
                     "dtype": {"parameters": _dt(param_dtype), "compute": _dt(autocast or param_dtype)}}
@@ -91,6 +105,10 @@ def configurations() -> list[Config]:
                 for precision in ("bf16", "autocast-bf16"):
                     fast = model == "llama-2-7b" and s == 2048
                     out.append(Config("saved", model, impl, s, precision=precision, fast=fast))
+    for model in shapes.MOE:  # Mixtral: transformers' MixtralForCausalLM, grouped_mm experts
+        for s in LENGTHS:
+            for impl in ("hf-sdpa", "hf-eager"):
+                out.append(Config("saved", model, impl, s, precision="bf16"))
     # 1 and 3. a whole training step: states after it, and its peak
     for model in MODELS:
         fast = model == "llama-2-7b"
@@ -111,6 +129,15 @@ def configurations() -> list[Config]:
                               fast=model == "llama-3-8b" and dp == 64))
     out.append(Config("step", "llama-3-8b", "reference-sdpa", 2048, recipe="fsdp2-bf16", dp=64,
                       rank=63))
+    # 4. LoRA with peft on Hugging Face's Llama: peft's default targets, every linear layer
+    for r, targets in FINETUNE:
+        for s in LENGTHS:
+            out.append(Config("finetune", "llama-2-7b", "hf-sdpa", s, rank_r=r, targets=targets,
+                              fast=s == 2048 and targets == ("q", "v")))
+    out.append(Config("finetune", "llama-3-8b", "hf-sdpa", 2048, rank_r=16,
+                      targets=finetune.ALL_LINEAR))
+    out.append(Config("finetune", "llama-2-7b", "hf-sdpa", 2048, rank_r=16,
+                      targets=finetune.ALL_LINEAR, foreach=True))
     for dp in (8, 64):
         out.append(Config("step", "llama-3-8b", "hf-sdpa", 2048, recipe="fsdp2-bf16", dp=dp))
     ids = [c.id for c in out]
@@ -129,16 +156,17 @@ def methods() -> dict:
     from . import models
     return {
         "saved": saved.METHOD,
+        "finetune": finetune.METHOD,
         "states": step.METHOD_STATES,
         "peak": step.METHOD_PEAK,
         "implementations": {
             "reference-sdpa": "validate/measure/models.py Reference with "
                               "F.scaled_dot_product_attention (CPU flash kernel)",
             "reference-eager": "validate/measure/models.py Reference with softmax(QKᵀ/√d + mask)V",
-            "hf-sdpa": "transformers LlamaForCausalLM / MistralForCausalLM, "
-                       "attn_implementation='sdpa'",
-            "hf-eager": "transformers LlamaForCausalLM / MistralForCausalLM, "
-                        "attn_implementation='eager'",
+            "hf-sdpa": "transformers LlamaForCausalLM / MistralForCausalLM / MixtralForCausalLM "
+                       "(its default grouped_mm experts), attn_implementation='sdpa'",
+            "hf-eager": "transformers LlamaForCausalLM / MistralForCausalLM / MixtralForCausalLM "
+                        "(its default grouped_mm experts), attn_implementation='eager'",
             "about": " ".join(models.__doc__.split()),
         },
         "precisions": {

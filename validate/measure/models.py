@@ -203,7 +203,8 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def hf_config(shape: dict, attention: str, layers: int | None = None):
-    """A transformers config for ``shape`` (Llama or Mistral), for training without a cache."""
+    """A transformers config for ``shape`` (Llama, Mistral or Mixtral), for training without a
+    cache."""
     from transformers import LlamaConfig, MistralConfig
 
     common = dict(
@@ -219,7 +220,15 @@ def hf_config(shape: dict, attention: str, layers: int | None = None):
                              sliding_window=shape["sliding_window"], rope_parameters=rope)
     if shape["family"] == "llama":
         return LlamaConfig(**common, max_position_embeddings=8192, rope_parameters=rope)
-    raise ValueError(f"no Hugging Face model for family {shape['family']!r}; accepted: llama, mistral")
+    if shape["family"] == "mixtral":
+        from transformers import MixtralConfig
+
+        return MixtralConfig(**common, max_position_embeddings=32768, sliding_window=None,
+                             rope_parameters=rope, num_local_experts=shape["experts"],
+                             num_experts_per_tok=shape["experts_per_token"],
+                             router_jitter_noise=0.0)
+    raise ValueError(f"no Hugging Face model for family {shape['family']!r}; accepted: llama, "
+                     "mistral, mixtral")
 
 
 def hf_model(shape: dict, attention: str, dtype, layers: int | None = None) -> nn.Module:

@@ -68,7 +68,7 @@ def render(doc: dict) -> str:
         rest = m["embedding"] + m["output"] + m["shared"]
         out.append(f"| {c['model']} | {c['implementation']} | {c['precision']} | {c['s']} | "
                    f"{gb(layer)} | {gb(m['layer_weight_copies'])} | {m['total']:,} | "
-                   f"{gb(rest)} | {m['total'] / base[(c['model'], c['s'])]:.2f} |")
+                   f"{gb(rest)} | {_ratio(m['total'], base.get((c['model'], c['s'])))} |")
 
     out += ["", "### Peak over a whole training step (steady state: the second step)", "",
             "| model | impl | recipe | peak, bytes | B/param | phase | after op | alive at the peak, "
@@ -81,3 +81,8 @@ def render(doc: dict) -> str:
                    f"{p['bytes'] / per:.2f} | {p['phase']} | {p['op']} | "
                    f"{_alive(p['alive'], per)} | {gb(f['bytes'])}, {f['phase']} |")
     return "\n".join(out)
+
+
+def _ratio(total: int, base: int | None) -> str:
+    """× the reference model's bytes; "n/a" where there is none (Mixtral: Hugging Face only)."""
+    return "n/a" if base is None else f"{total / base:.2f}"

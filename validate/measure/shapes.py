@@ -16,6 +16,8 @@ _GPT3_XL = ("Brown et al. 2020, GPT-3, Table 2.1 (XL: 24 layers, d_model 2048, d
             "2048); the table's 24 heads do not multiply out with d_head 128 to d_model 2048, so "
             "16 heads of 128 as GPT-NeoX's and Megatron-LM's 1.3B configs use; GPT-2's "
             "50257-token vocabulary, tied embeddings")
+_MIXTRAL = ("Jiang et al. 2024, Mixtral of Experts, Table 1; config.json of "
+            "mistralai/Mixtral-8x7B-v0.1 (8 experts of intermediate_size 14336, top 2)")
 _KORTHIKANTI = ("Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer "
                 "Models, Table 3 (22B: h 6144, a 64, L 48, V 51200); GPT layer, tied embeddings")
 
@@ -48,8 +50,14 @@ SHAPES: dict[str, dict] = {
              source=_GPT3_XL),
         _gpt("korthikanti-22b", layers=48, hidden=6144, heads=64, vocab=51200, positions=2048,
              source=_KORTHIKANTI),
+        _llama("mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+               vocab=32000, rope_theta=1e6, source=_MIXTRAL, family="mixtral", experts=8,
+               experts_per_token=2),
     )
 }
+#: The mixtures of experts: measured with Hugging Face's model only (the reference model is
+#: dense), saved tensors only.
+MOE = tuple(name for name, s in SHAPES.items() if s.get("experts"))
 
 
 def for_length(name: str, s: int) -> dict:
