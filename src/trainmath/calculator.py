@@ -14,7 +14,7 @@ Every subcommand of the parser gets a form (a tab of the page): one whose output
 does not draw shows the command's JSON as it is.
 
 >>> [f.name for f in forms()[0].groups[0].fields][:3]
-['model', 'params', 'layers']
+['model', 'config', 'params']
 >>> to_argv("estimate", [("model", "llama-3-8b"), ("dp", "8"), ("sequence-parallel", "on")])
 ['estimate', '--model', 'llama-3-8b', '--dp', '8', '--sequence-parallel', '--json']
 >>> out = run_command(["estimate", "--dp", "0", "--params", "7e9", "--json"])

@@ -49,6 +49,8 @@ LINKS = {
     "fits": "cli.html#will-it-fit",
     "offload": "zero-fsdp.html#cpu-offload-what-moves-and-what-stays",
     "time": "cli.html#beyond-the-states-zero-3s-units-overhead-offload-and-time",
+    "finetune": "fine-tuning.html",
+    "moe": "mixture-of-experts.html",
 }
 
 _ZERO = "Rajbhandari et al. 2020 (ZeRO), §5.1–5.3"
@@ -198,10 +200,13 @@ def explain(est: Estimate) -> tuple[Term, ...]:
     ]
     if offload != "none":
         terms = [_moved(x, on_gpu, offload) for x, on_gpu in zip(terms, device_values)]
+    terms = [_unmodelled(x, est) for x in terms]
     if P != est.params:
-        where = f"tp {lay.tp}" + (f", pipeline stage {d.stage} of {lay.pp}" if lay.pp > 1 else "")
-        terms = [Term(x.name, x.formula, ((x.inputs[0][0], x.inputs[0][1] + f" of {est.params:,} "
-                                           f"({where})"),) + x.inputs[1:],
+        where = f"tp {lay.tp}" + (f", pipeline stage {est.device.stage} of {lay.pp}"
+                                  if lay.pp > 1 else "")
+        terms = [x if not x.inputs else
+                 Term(x.name, x.formula, ((x.inputs[0][0], x.inputs[0][1] + f" of "
+                                           f"{est.params:,} ({where})"),) + x.inputs[1:],
                       x.arithmetic, x.value, x.formula_value, x.source, x.link, x.note)
                  for x in terms]
     acts = _activations(est)
@@ -264,6 +269,28 @@ def explain(est: Estimate) -> tuple[Term, ...]:
             "trainmath.compute.time_to_train: Kaplan et al. 2020 (§2.1), Chowdhery et al. 2022 "
             "(Appendix B)", LINKS["time"]))
     return tuple(terms)
+
+
+def _unmodelled(x: Term, est: Estimate) -> Term:
+    """A model-state term whose ZeRO formula does not give the estimate's figure, because the
+    run is one this module does not write out yet (LoRA or QLoRA, a mixture of experts): the
+    figure, and where it comes from, with no formula that would disagree with it."""
+    if x.formula_value == x.value or "FSDP2 pads" in x.note:
+        return x
+    run = est.run
+    if getattr(run, "adapter", None) is not None:
+        why, source, link = ("a LoRA or QLoRA run: the frozen base model and the adapter's own "
+                             "states", "trainmath.finetune (Hu et al. 2021; Dettmers et al. 2023)",
+                             LINKS["finetune"])
+    elif getattr(est.device, "expert_params", 0):
+        why, source, link = ("a mixture of experts: the routed experts are split over ep ranks, "
+                             "with their own ZeRO group", "trainmath.runs and trainmath.moe",
+                             LINKS["moe"])
+    else:
+        why, source, link = "this run", "trainmath.runs.estimate", x.link
+    return Term(x.name, "(not written out here)", (), f"{_b(x.value.n)}, from the estimate",
+                x.value, None, source, link,
+                f"The ZeRO formula does not cover {why}; the page linked explains it.")
 
 
 @dataclass(frozen=True)

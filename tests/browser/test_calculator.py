@@ -52,6 +52,13 @@ GOOD = [
      "optimizer", "--overhead", "3GB", "--gpu", "h100-sxm", "--gpus-per-node", "8"],
     ["--model", "llama-3-8b", "--seq-len", "4096", "--dp", "8", "--gpu", "h100-sxm", "--tokens",
      "15T", "--mfu", "0.4"],
+    # a pasted config.json: Llama-3-8B with ZeRO-3 on 8 H100s (the "done when")
+    ["--config", "tests/data/hf-configs/Meta-Llama-3-8B.json", "--zero", "3", "--dp", "8",
+     "--gpu", "h100-sxm", "--seq-len", "8192"],
+    ["--config", "tests/data/hf-configs/Mixtral-8x7B-v0.1.json", "--dp", "8", "--ep", "8",
+     "--zero", "1", "--seq-len", "4096", "--gpu", "h100-sxm"],
+    ["--model", "llama-3-8b", "--finetune", "qlora", "--lora-targets", "all", "--seq-len", "4096",
+     "--gpu", "a100-80gb"],
 ]
 #: The planner's tab: the same comparison with ``trainmath plan --json``.
 PLAN = ["--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "4096",
@@ -67,6 +74,7 @@ BAD = [
     (["--model", "llama-3-8b", "--gpu-memory", "lots"], "gpu-memory"),
     (["--params", "7e9", "--tp", "2"], "tp"),
     (["--model", "llama-3-8b", "--zero", "1", "--offload", "optimizer"], "offload"),
+    (["--config", "README.md"], "config"),  # not a config.json: the command's message
     ([], "model"),
 ]
 
