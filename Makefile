@@ -32,8 +32,20 @@ $(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The calculator page's runtime: Pyodide, pinned in tools/calculator/package-lock.json, installed
+# by npm ci once (its .package-lock.json is the stamp) and copied into the site by the build.
+CALC_NPM := tools/calculator/node_modules/.package-lock.json
+$(CALC_NPM): tools/calculator/package-lock.json
+	@command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing Debian's nodejs and npm (apt-get), for the calculator's Pyodide"; \
+	    $(APT_INSTALL) nodejs npm >/dev/null; \
+	  else echo "make docs needs npm for the calculator page's Pyodide (npm ci in tools/calculator): sudo apt-get install -y nodejs npm"; exit 2; fi; }
+	@cd tools/calculator && npm ci --no-audit --no-fund --loglevel=error >/dev/null
+	@touch $@
+
 # Quiet when it succeeds: Sphinx prints only warnings (errors, with -W), and then where the site is.
-docs: $(STAMP)
+docs: $(STAMP) $(CALC_NPM)
 	@$(VENV)/bin/sphinx-build -W -n --keep-going -q -b html -d docs/_build/doctrees docs $(HTML)
 	@echo "Built $(HTML)/: \`make preview\` serves it at http://127.0.0.1:$(PORT)/ (its search needs HTTP, not file://)"
 
@@ -95,7 +107,7 @@ browser-tools: $(VENV)/.installed-browser tests/browser/node_modules/.package-lo
 browser: browser-tools docs
 	TRAINMATH_BROWSER=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser $(BROWSER_ARGS)
 
-serve: $(STAMP)
+serve: $(STAMP) $(CALC_NPM)
 	$(VENV)/bin/sphinx-autobuild -n docs $(HTML) --watch src --ignore '*/jupyter_execute/*'
 
 # Resolve the newest releases into a scratch venv and pin them all.

@@ -18,6 +18,7 @@ extensions = [
     "sphinxcontrib.bibtex",  # one bibliography: docs/references.bib, cited by key
     "mystclaims.sphinx",  # checked numbers: runs each page once, renders the arithmetic
     "trainmath_site",  # docs/_ext: fixes to myst-nb's and furo's markup, the figures' colours
+    "trainmath_calculator",  # docs/_ext: the calculator page's form, Pyodide and the wheel
 ]
 mystclaims_library = ["trainmath"]  # popups link to these functions' reference entries
 # Every page depends on the library's source, the claim machinery (it writes the math) and this

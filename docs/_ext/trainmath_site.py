@@ -55,7 +55,8 @@ _NEEDS = {
     "sphinx-design.": ('class="sd-', " sd-"),
     "design-tabs.js": ("sd-tab-set",),
     "mystclaims.": ('id="tm-c-',),
-    "figures.css": ("tm-chart",),
+    "figures.css": ("tm-chart", 'id="tm-calculator"'),
+    "calculator.": ('id="tm-calculator"',),
 }
 
 

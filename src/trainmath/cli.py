@@ -121,6 +121,7 @@ def _one_of(what: str, accepted: Sequence, convert=str):
         return value
 
     parse.__name__ = what  # argparse names the type in some messages
+    parse.accepted = tuple(str(a) for a in accepted)  # the calculator page's choices
     return parse
 
 

@@ -80,6 +80,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         lines.append(f"| {page} | {r.get('kind', '-')} | {_kb(r.get('bytes', 0))} | "
                      f"{_kb(r.get('gzip', 0))} | {r.get('requests', 0)} | "
                      f"{_kb(r.get('budget', 0))} | {axe_text} |")
+    for page in sorted(RESULTS):  # the calculator's timings (test_calculator.py)
+        r = RESULTS[page]
+        if "first_result_ms" in r:
+            lines.append(f"\n{page}: first result {r['first_result_ms'] / 1000:.1f} s after "
+                         f"navigation (Python up at {r['python_ms'] / 1000:.1f} s), later results "
+                         f"{r.get('later_result_ms', '-')} ms (median); runtime loaded after the "
+                         f"page: {_kb(r.get('deferred', 0))} KB")
     table = "\n".join(lines)
     try:
         REPORT.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,264 @@
+"""The calculator page: a form made from the command's parser, run in the browser by Pyodide.
+
+- The ``{calculator}`` directive writes one form per subcommand of ``trainmath``
+  (:func:`trainmath.calculator.forms`: groups, choices, help and defaults from
+  :func:`trainmath.cli.build_parser`), a tab each when there are several, so a flag or a
+  subcommand added to the parser appears on the page with no change here. Its options, one per
+  subcommand (``:estimate: --model llama-3-8b ...``), give the forms' initial values, checked by
+  the parser at build time.
+- At the end of the build the site gets the runtime and the library, nothing from a CDN:
+  Pyodide's files from the npm package pinned in ``tools/calculator/package-lock.json``
+  (``make docs`` runs ``npm ci`` there) into ``_static/pyodide/``, and a wheel of this
+  repository (``pip wheel --no-deps --no-build-isolation``, cached by the hash of its sources)
+  into ``_static/calculator/``; ``calculator-sw.js``, the service worker that keeps the page
+  working offline once loaded, goes to the site's root (a worker's scope is its folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.errors import ExtensionError
+from sphinx.util.docutils import SphinxDirective
+
+ROOT = Path(__file__).resolve().parents[2]
+PYODIDE = ROOT / "tools" / "calculator" / "node_modules" / "pyodide"
+#: The files of Pyodide's npm package the page loads (the rest are for Node or a console).
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
+                 "pyodide-lock.json")
+SERVICE_WORKER = Path(__file__).with_name("calculator-sw.js")
+WHEEL_CACHE = ROOT / "docs" / "_build" / "calculator-wheel"
+
+
+def missing_runtime() -> str:
+    return (f"the calculator page needs Pyodide in {PYODIDE.relative_to(ROOT)}: run `make docs` "
+            "(it runs `npm ci` in tools/calculator; npm is needed: sudo apt-get install -y "
+            "nodejs npm)")
+
+
+def source_hash() -> str:
+    """A hash of what the wheel is built from: the package's files and pyproject.toml."""
+    h = hashlib.sha256()
+    for path in sorted((ROOT / "src" / "trainmath").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update((ROOT / "pyproject.toml").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_wheel() -> Path:
+    """A wheel of this repository, built once per source hash."""
+    folder = WHEEL_CACHE / source_hash()
+    found = sorted(folder.glob("trainmath-*.whl"))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    # From a copy of what the wheel is made of: setuptools' build/ scratch folder in the
+    # repository could hold modules since deleted, and would end up in the wheel.
+    with tempfile.TemporaryDirectory(prefix="trainmath-wheel-") as tmp:
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (ROOT / name).exists():
+                shutil.copy2(ROOT / name, Path(tmp) / name)
+        shutil.copytree(ROOT / "src" / "trainmath", Path(tmp) / "src" / "trainmath",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        "--no-build-isolation", "--disable-pip-version-check", "--wheel-dir",
+                        str(folder), tmp], check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+    (wheel,) = folder.glob("trainmath-*.whl")
+    return wheel
+
+
+def _wheel_name() -> str:
+    from importlib.metadata import version
+
+    return f"trainmath-{version('trainmath')}-py3-none-any.whl"
+
+
+def runtime_bytes() -> int:
+    """Bytes of the runtime's files the page loads after it is usable."""
+    return sum((PYODIDE / name).stat().st_size for name in PYODIDE_FILES)
+
+
+# -- the form -------------------------------------------------------------------------------------
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _help(f) -> str:
+    """The option's help; a select's list of choices, which the select shows, shortened."""
+    if f.kind == "choice" and f.choices:
+        listing = ", ".join(f.choices)
+        return re.sub(r"\b(one of:?|accepted:?) " + re.escape(listing), "one of the list", f.help)
+    return f.help
+
+
+def field_html(command: str, f, value: str) -> str:
+    ident = f"tm-calc-{command}-{f.name}"
+    help_id, error_id = f"{ident}-help", f"{ident}-error"
+    described = f'aria-describedby="{help_id} {error_id}"'
+    default = f"default: {f.default}" if f.default else "default"
+    label = f'<label for="{ident}"><code>{_e(f.flag)}</code>'
+    if f.metavar and f.kind not in ("choice", "flag", "switch"):
+        label += f" <var>{_e(f.metavar)}</var>"
+    label += "</label>"
+    if f.kind == "choice":
+        options = [f'<option value="">{_e(default)}</option>']
+        options += [f'<option value="{_e(c)}"{" selected" if c == value else ""}>{_e(c)}</option>'
+                    for c in f.choices]
+        control = (f'<select id="{ident}" name="{_e(f.name)}" {described}>{"".join(options)}'
+                   "</select>")
+    elif f.kind == "switch":
+        options = [f'<option value="">{_e(default)}</option>']
+        options += [f'<option value="{v}"{" selected" if v == value else ""}>{flag}</option>'
+                    for v, flag in (("yes", f.flag), ("no", "--no-" + f.flag[2:]))]
+        control = (f'<select id="{ident}" name="{_e(f.name)}" {described}>{"".join(options)}'
+                   "</select>")
+    elif f.kind == "flag":
+        checked = " checked" if value == "on" else ""
+        return (f'<div class="tm-calc-field tm-calc-check"><input type="checkbox" id="{ident}" '
+                f'name="{_e(f.name)}" value="on"{checked} {described}>{label}'
+                f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>'
+                f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}"></p>'
+                "</div>")
+    elif f.kind == "file":
+        control = (f'<textarea id="{ident}" name="{_e(f.name)}" rows="4" spellcheck="false" '
+                   f'{described}>{_e(value)}</textarea>')
+    else:
+        control = (f'<input type="text" id="{ident}" name="{_e(f.name)}" value="{_e(value)}" '
+                   f'placeholder="{_e(default)}" autocomplete="off" spellcheck="false" '
+                   f'{described}>')
+    wide = " tm-calc-wide" if f.kind == "file" else ""
+    return (f'<div class="tm-calc-field{wide}">{label}{control}'
+            f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>'
+            f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}"></p></div>')
+
+
+def form_html(form, values: dict[str, str], hidden: bool) -> str:
+    c = form.command
+    groups = []
+    for g in form.groups:
+        fields = "".join(field_html(c, f, values.get(f.name, "")) for f in g.fields)
+        groups.append(f'<fieldset class="tm-calc-group"><legend>{_e(g.title)}</legend>'
+                      f'<div class="tm-calc-fields">{fields}</div></fieldset>')
+    attrs = ' role="tabpanel" aria-labelledby="tm-calc-tab-' + c + '"' if hidden is not None else ""
+    return (f'<section class="tm-calc-panel" id="tm-calc-panel-{c}" data-command="{c}"{attrs}'
+            f'{" hidden" if hidden else ""}>'
+            f'<form class="tm-calc-form" data-command="{c}" novalidate '
+            f'aria-label="trainmath {c}">{"".join(groups)}'
+            f'<div class="tm-calc-actions"><button type="submit" disabled>Run '
+            f'<code>trainmath {c}</code></button>'
+            f'<p class="tm-calc-error" id="tm-calc-{c}-error" data-error-for=""></p></div></form>'
+            f'<div class="tm-calc-result" data-command="{c}" aria-live="polite">'
+            f'<p class="tm-calc-line">Same as: <code class="tm-calc-cmd"></code></p>'
+            f'<div class="tm-calc-html"></div>'
+            f'<details class="tm-calc-json-box"><summary>What <code>trainmath {c} --json</code> '
+            f'prints</summary><pre class="tm-calc-json" tabindex="0"></pre></details></div>'
+            "</section>")
+
+
+def calculator_html(examples: list[str], parser=None) -> str:
+    """The page's markup: a tab per subcommand of ``parser`` (default: the command's), each
+    form filled with its example's values."""
+    from trainmath.calculator import form_values, forms
+
+    initial = {}
+    for line in examples:
+        command, values = form_values(shlex.split(line), parser)
+        initial[command] = dict(values)
+    all_forms = forms(parser)
+    tabs = ""
+    several = len(all_forms) > 1
+    if several:
+        unfocused = ' tabindex="-1"'
+        buttons = "".join(
+            f'<button type="button" role="tab" id="tm-calc-tab-{f.command}" '
+            f'aria-controls="tm-calc-panel-{f.command}" aria-selected="{str(i == 0).lower()}"'
+            f'{"" if i == 0 else unfocused}>trainmath {f.command}</button>'
+            for i, f in enumerate(all_forms))
+        tabs = f'<div class="tm-calc-tabs" role="tablist" aria-label="Commands">{buttons}</div>'
+    panels = "".join(form_html(f, initial.get(f.command, {}), (i > 0) if several else None)
+                     for i, f in enumerate(all_forms))
+    mb = runtime_bytes() / 1e6
+    return (f'<div id="tm-calculator" class="tm-calculator" data-pyodide="_static/pyodide/" '
+            f'data-wheel="_static/calculator/{_wheel_name()}?v={source_hash()}" '
+            f'data-worker="calculator-sw.js">'
+            f'<div class="tm-calc-status" role="status"><progress max="4" value="0" '
+            f'aria-label="Loading the calculator"></progress> <span class="tm-calc-status-text">'
+            f"Loading Python in your browser ({mb:.1f} MB once, then from the cache)…</span></div>"
+            f"{tabs}{panels}</div>")
+
+
+def _commands() -> list[str]:
+    from trainmath.calculator import forms
+
+    return [f.command for f in forms()]
+
+
+class CalculatorDirective(SphinxDirective):
+    """``{calculator}``: the forms. An option per subcommand gives its example arguments, the
+    form's initial values (``:estimate: --model llama-3-8b --dp 8``)."""
+
+    has_content = False
+    option_spec = {name: directives.unchanged for name in _commands()}
+
+    def run(self):
+        if "/" in self.env.docname:
+            raise self.error("the calculator page must be at the site's root (its links and "
+                             "the service worker's scope are relative to it)")
+        if not PYODIDE.is_dir():
+            raise self.error(missing_runtime())
+        examples = [f"{name} {args}" for name, args in self.options.items()]
+        try:
+            markup = calculator_html(examples)
+        except (ValueError, SystemExit, Exception) as exc:  # a bad example: say which
+            raise self.error(f"calculator example {examples!r}: {exc}") from None
+        for f in [ROOT / "src" / "trainmath" / "calculator.py", ROOT / "src" / "trainmath" / "cli.py"]:
+            self.env.note_dependency(str(f))
+        return [nodes.raw("", markup, format="html")]
+
+
+# -- the files the page loads ---------------------------------------------------------------------
+def _copy(src: Path, dst: Path) -> None:
+    if dst.exists() and dst.stat().st_size == src.stat().st_size \
+            and dst.stat().st_mtime >= src.stat().st_mtime:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+
+
+def copy_runtime(app, exception) -> None:
+    if exception or app.builder.format != "html":
+        return
+    if "calculator" not in app.env.all_docs:
+        return
+    if not PYODIDE.is_dir():
+        raise ExtensionError(missing_runtime())
+    out = Path(app.outdir)
+    for name in PYODIDE_FILES:
+        _copy(PYODIDE / name, out / "_static" / "pyodide" / name)
+    wheel = build_wheel()
+    target = out / "_static" / "calculator"
+    for old in target.glob("*.whl"):
+        if old.name != _wheel_name():
+            old.unlink()
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(wheel, target / _wheel_name())
+    shutil.copyfile(SERVICE_WORKER, out / SERVICE_WORKER.name)
+
+
+def setup(app):
+    app.add_directive("calculator", CalculatorDirective)
+    app.add_css_file("calculator.css")
+    app.add_js_file("calculator.js", type="module")
+    app.connect("build-finished", copy_runtime)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
