@@ -67,7 +67,7 @@ def all_to_all_elements(m: ModelShape, s: int, b: int, ep: int) -> Fraction:
     Four all-to-alls (dispatch and combine forward, their gradients backward), each sending
     (ep - 1)/ep of the b·s·k·h values of the micro-batch's routed token copies: with routing
     spread evenly over the ep devices, a token copy stays on its device with probability 1/ep
-    (Lepikhin et al. 2021, §2.3; Rajbhandari et al. 2022, §5). Zero for ep = 1.
+    (Lepikhin et al. 2021, §2.3; Rajbhandari et al. 2022, §5). Nothing leaves a device when ep = 1.
 
     >>> from trainmath.models import preset
     >>> all_to_all_elements(preset("mixtral-8x7b"), s=4096, b=1, ep=8)
