@@ -152,3 +152,28 @@ def test_the_planner_tab_gets_what_the_command_prints():
     text = subprocess.run([sys.executable, "-m", "trainmath", "plan", *args],
                           capture_output=True, text=True, cwd=ROOT).stdout
     assert out["html"].startswith('<pre class="tm-calc-text"') and text.splitlines()[0] in out["html"]
+
+
+def test_the_summary_says_what_the_command_text_says(capsys):
+    """The line that stays in view: the peak and the verdict, as the command's own text output
+    prints them; the planner's best layout, as its table's first row."""
+    args = ["--model", "llama-3-8b", "--dp", "8", "--zero", "3", "--seq-len", "8192",
+            "--gpu", "h100-sxm"]
+    _, values = form_values(["estimate", *args])
+    out = json.loads(calculate("estimate", json.dumps(values)))
+    assert cli.main(["estimate", *args]) == 0
+    text = capsys.readouterr().out
+    peak_line = next(line for line in text.splitlines() if "peak of a step" in line)
+    assert peak_line.split()[4] + " GB" in out["summary"]
+    assert ("; fits" in out["summary"]) == (": yes," in text)
+    plan_args = ["--model", "llama-3-8b", "--gpu", "h100-sxm", "--gpus", "16", "--seq-len",
+                 "8192", "--global-batch", "128"]
+    _, values = form_values(["plan", *plan_args])
+    out = json.loads(calculate("plan", json.dumps(values)))
+    assert cli.main(["plan", *plan_args]) == 0
+    first = next(line for line in capsys.readouterr().out.splitlines()
+                 if line.split()[:1] == ["1"]).split()
+    assert f"dp {first[1]} × tp {first[2]} × pp {first[3]} × cp {first[4]}" in out["summary"]
+    assert f"{first[10]} s a step" in out["summary"] and f"MFU {first[11]}" in out["summary"]
+    bad = json.loads(calculate("estimate", json.dumps([("model", "llama-3-8b"), ("dp", "0")])))
+    assert bad["status"] == 2 and bad["summary"] == ""

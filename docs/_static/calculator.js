@@ -109,12 +109,30 @@ if (root) {
     result.querySelector(".tm-calc-cmd").textContent = out.command_line || "";
     result.querySelector(".tm-calc-json").textContent = out.stdout;
     result.querySelector(".tm-calc-html").innerHTML = out.html;
+    const summary = panel.querySelector(".tm-calc-summary");
+    if (summary) {  // the line Python wrote, kept in view while the form is edited
+      summary.querySelector(".tm-calc-summary-text").textContent =
+        out.status === 0 ? out.summary : out.stderr.trim();
+      summary.classList.toggle("tm-calc-summary-error", out.status !== 0);
+      summary.hidden = !(out.status === 0 ? out.summary : out.stderr.trim());
+    }
     result.classList.toggle("tm-calc-stale", out.status !== 0);
     const ms = performance.now() - started;
     timings.last = ms;
     if (timings.first === null) timings.first = performance.now();
     result.dataset.ms = ms.toFixed(1);
     result.dataset.runs = String(Number(result.dataset.runs || 0) + 1);
+  }
+
+  // the summary bar steps aside while its result is on screen (it is fixed on phones)
+  if ("IntersectionObserver" in window) {
+    const seen = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        const bar = e.target.closest(".tm-calc-panel").querySelector(".tm-calc-summary");
+        if (bar) bar.classList.toggle("tm-calc-summary-off", e.isIntersecting);
+      }
+    });
+    for (const panel of panels) seen.observe(panel.querySelector(".tm-calc-result"));
   }
 
   for (const panel of panels) {

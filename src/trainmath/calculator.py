@@ -421,6 +421,40 @@ def render_text(argv: Sequence[str], stdout: str) -> str:
     return f'<pre class="tm-calc-text" tabindex="0">{_e(text)}</pre>'
 
 
+def summarize_estimate(stdout: str) -> str:
+    """One line of ``trainmath estimate --json``'s output, for the bar that stays in view while
+    the form is edited: the step's peak per device, its phase, and whether it fits.
+
+    >>> summarize_estimate('{"peak": {"bytes": 72345575568, "phase": "backward"}, "fits": true}')
+    'Peak of a step: 72.35 GB per device (backward); fits'
+    """
+    d = json.loads(stdout)
+    text = (f"Peak of a step: {Bytes(d['peak']['bytes']).format('GB', 2)} per device "
+            f"({d['peak']['phase']})")
+    if d.get("fits") is not None:
+        text += "; fits" if d["fits"] else "; does not fit"
+    return text
+
+
+def summarize_plan(stdout: str) -> str:
+    """One line of ``trainmath plan --json``'s output: the fastest layout that fits.
+
+    >>> summarize_plan('{"ranking": [{"dp": 16, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 2, '
+    ...                '"step_seconds": 6.39, "mfu": 0.6}], "candidates": [1, 2]}')
+    'Fastest of 1 that fit (2 considered): dp 16 × tp 1 × pp 1 × cp 1, ZeRO-2, 6.39 s a step, MFU 60.0%'
+    """
+    d = json.loads(stdout)
+    best = d["ranking"][0]
+    ep = f" (ep {best['ep']})" if best.get("ep", 1) > 1 else ""
+    return (f"Fastest of {len(d['ranking'])} that fit ({len(d['candidates'])} considered): "
+            f"dp {best['dp']} × tp {best['tp']} × pp {best['pp']} × cp {best['cp']}{ep}, "
+            f"ZeRO-{best['zero']}, {best['step_seconds']:.2f} s a step, MFU {best['mfu']:.1%}")
+
+
+#: a one-line summary of each subcommand's JSON (a subcommand without one shows none)
+SUMMARIES: dict[str, Callable[[str], str]] = {"estimate": summarize_estimate,
+                                              "plan": summarize_plan}
+
 #: How the calculator draws each subcommand's output; others show their JSON as it is.
 RENDERERS: dict[str, Callable[[Sequence[str], str], str]] = {"estimate": render_estimate,
                                                             "plan": render_text}
@@ -431,7 +465,8 @@ def calculate(command: str, values_json: str, parser: argparse.ArgumentParser | 
     """What the page calls on every change: the form's values (a JSON list of [name, text]
     pairs) in, a JSON object out: ``argv`` and ``command_line`` (as a terminal would run it),
     ``status``, ``stdout`` and ``stderr`` (the command's, unchanged), ``field`` (the field an
-    error is about, or null) and ``html`` (the result drawn, or "")."""
+    error is about, or null), ``html`` (the result drawn, or "") and ``summary`` (one line of
+    it, :data:`SUMMARIES`, or "")."""
     form = _form(command, parser)
     values = [(str(k), str(v)) for k, v in json.loads(values_json)]
     try:
@@ -439,17 +474,21 @@ def calculate(command: str, values_json: str, parser: argparse.ArgumentParser | 
     except ValueError as exc:  # a value the form itself cannot pass on
         message = f"{cli.PROG}: error: {exc}\n"
         return json.dumps({"argv": None, "command_line": None, "status": 2, "stdout": "",
-                           "stderr": message, "field": field_of(message, form), "html": ""})
+                           "stderr": message, "field": field_of(message, form), "html": "",
+                           "summary": ""})
     outcome = run_command(argv)
-    page = ""
+    page = summary = ""
     if outcome.status == 0:
         render = RENDERERS.get(command)
         page = (render(argv, outcome.stdout) if render else
                 f'<pre class="tm-calc-raw">{_e(outcome.stdout)}</pre>')
+        summarize = SUMMARIES.get(command)
+        summary = summarize(outcome.stdout) if summarize and "--json" in argv else ""
     return json.dumps({
         "argv": argv, "command_line": shlex.join([cli.PROG, *argv]),
         "status": outcome.status, "stdout": outcome.stdout, "stderr": outcome.stderr,
-        "field": field_of(outcome.stderr, form) if outcome.status else None, "html": page})
+        "field": field_of(outcome.stderr, form) if outcome.status else None, "html": page,
+        "summary": summary})
 
 
 def form_values(argv: Sequence[str], parser: argparse.ArgumentParser | None = None,
