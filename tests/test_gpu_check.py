@@ -58,3 +58,21 @@ def test_qlora_on_the_gpu(row):
     assert predicted <= row["cuda_max_allocated"] <= predicted + WORKSPACE_ALLOWANCE, row["id"]
     on_gpu = row["frozen_bytes"] + row["quant_constants_bytes"] + 4 * row["trainable_count"]
     assert abs(on_gpu - e.device.weights.n) <= 1024, (on_gpu, e.device.weights.n)
+
+
+MOE = GPU["moe"]
+
+
+@pytest.mark.parametrize("row", MOE, ids=[r["id"] for r in MOE])
+def test_mixture_of_experts_on_the_gpu(row):
+    """transformers' MixtralForCausalLM (grouped_mm experts), Mixtral-8x7B's shape with fewer
+    layers, one AdamW step on the GPU: the allocator's peak against the library's."""
+    from trainmath.models import modified, preset
+    from trainmath.runs import estimate, run
+
+    recipe = {"zero-bf16": "bf16-mixed", "megatron-bf16": "megatron"}[row["recipe"]]
+    e = estimate(run(modified(preset(row["model"]), layers=row["layers"]), recipe=recipe,
+                     implementation="hf-sdpa", seq_len=row["s"], optimizer_impl="for-loop"))
+    predicted = e.peak.bytes.n
+    assert predicted <= row["cuda_max_allocated"] <= predicted + WORKSPACE_ALLOWANCE, row["id"]
+    assert abs(row["tracker_peak_on_gpu"] - predicted) <= 10**-5 * predicted, row["id"]

@@ -279,6 +279,35 @@ def qlora(doc: dict, out_path: Path) -> None:
               f"ratio {ratio} ({row['seconds']} s) {row.get('error', '')}", flush=True)
 
 
+#: a mixture of experts: Mixtral-8x7B's shape with 2 of its 32 layers (one H200 cannot hold all
+#: 32 for training), transformers' MixtralForCausalLM with its grouped_mm experts
+MOE = (("mixtral-8x7b", 2, "zero-bf16", 4096), ("mixtral-8x7b", 2, "megatron-bf16", 4096))
+
+
+def moe(doc: dict, out_path: Path) -> None:
+    for model, layers, recipe, s in MOE:
+        peak = _CudaPeak()
+        start = time.perf_counter()
+        row = {"id": f"moe/{model}-{layers}-layers/hf-sdpa/{recipe}/s{s}-b1", "model": model,
+               "layers": layers, "recipe": recipe, "s": s}
+        try:
+            m = measure_step(model, "hf-sdpa", recipe, s, 1, layers=layers, fake=False,
+                             observer=peak, device="cuda")
+            row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
+                    "tracker_peak_on_gpu": m["peak"]["bytes"], "phase_on_gpu": m["peak"]["phase"],
+                    "states_total": m["states"]["total"]}
+        except Exception as e:  # record why, keep going
+            row["error"] = repr(e)[:500]
+        row["seconds"] = round(time.perf_counter() - start, 1)
+        doc["moe"].append(row)
+        gc.collect()
+        torch.cuda.empty_cache()
+        out_path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"  {row['id']:<62} max_allocated {row.get('cuda_max_allocated')} tensors "
+              f"{row.get('tracker_peak_on_gpu')} ({row['seconds']} s) {row.get('error', '')}",
+              flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validate.gpu", description=__doc__)
     parser.add_argument("output", type=Path)
@@ -286,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--qlora-only", action="store_true",
                         help="only the QLoRA steps (needs bitsandbytes)")
+    parser.add_argument("--moe-only", action="store_true",
+                        help="only the mixture-of-experts steps")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("no CUDA device: this check runs on a GPU machine")
@@ -295,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
            "device": {"name": props.name, "total_memory": props.total_memory,
                       "torch": torch.__version__, "cuda": torch.version.cuda,
                       "python": platform.python_version()},
-           "overhead": [], "steps": [], "qlora": []}
+           "overhead": [], "steps": [], "qlora": [], "moe": []}
     try:
         import transformers
         doc["device"]["transformers"] = transformers.__version__
@@ -305,11 +336,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.qlora_only:
         qlora(doc, args.output)
         return 0
+    if args.moe_only:
+        moe(doc, args.output)
+        return 0
     if not args.skip_overhead:
         doc["overhead"] = overhead()
         args.output.write_text(json.dumps(doc, indent=1) + "\n")
     steps(args.only, args.output, doc)
     qlora(doc, args.output)
+    moe(doc, args.output)
     return 0
 
 
