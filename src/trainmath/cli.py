@@ -96,13 +96,6 @@ def parse_mfu(text: str) -> float:
     return value
 
 
-def _overhead(text: str) -> Bytes:
-    try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 #: The command's names for :data:`trainmath.sharding.OFFLOADS`.
 OFFLOAD_FLAGS = {"none": "none", "optimizer": "optimizer", "params": "parameters"}
 
@@ -215,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(an \"80GB\" card holds more than 80GB: see --gpu); with --gpu it "
                        "overrides that GPU's memory")
     plan = est.add_argument_group("what the formulas leave out, offload, and time")
-    plan.add_argument("--overhead", type=_overhead, metavar="SIZE", default=Bytes(0),
+    plan.add_argument("--overhead", type=_memory, metavar="SIZE", default=Bytes(0),
                       help="memory no formula counts (CUDA context, cuBLAS/cuDNN workspaces, NCCL "
                       "buffers, allocator fragmentation), added to the step's peak for the fit, "
                       "e.g. 2GiB; default 0 (not counted): the Command line page gives typical "
