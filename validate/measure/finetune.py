@@ -19,8 +19,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import shapes
 from .models import build, decoder_layers, loss_of
-from .saved import _summarise
-from .step import _tag_saved
+from .saved import _summarise, layer_scopes
+from .step import _one_step
 from .tracking import AllocationTracker, SavedTensorCounter, distinct_bytes, dtype_name
 
 ALL_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")
@@ -109,19 +109,8 @@ def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int 
         saved = None
         if device == "cpu":
             counter = SavedTensorCounter(parameters=[*params, *net.buffers()], inputs=[tokens, targets_])
-            counter.scope = "embedding"
-            handles = []
-            for i, layer in enumerate(decoder_layers(inner)):
-                def enter(_m, _a, i=i):
-                    counter.scope = f"layer {i}"
-
-                def leave(_m, _a, _o):
-                    counter.scope = "output"
-                handles += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
-            with counter():
+            with layer_scopes(counter, decoder_layers(inner)), counter():
                 loss = loss_of(inner, tokens, targets_)
-            for h in handles:
-                h.remove()
             saved = _summarise(counter, len(decoder_layers(inner)))
             del loss
             counter.release()
@@ -144,22 +133,9 @@ def measure_lora(model: str | dict, rank: int, targets: tuple[str, ...], s: int 
                     tracker.reset_peak()
                     if observer:
                         watching = observer(net, opt)
-                watching.__enter__()
-                tracker.set_phase("forward")
-                with torch.autograd.graph.saved_tensors_hooks(_tag_saved(tracker), lambda x: x):
-                    loss = loss_of(inner, tokens, targets_)
-                tracker.set_phase("backward")
-                loss.backward()
-                del loss
-                tracker.tag((p.grad for p in trainable), "gradients")
-                tracker.set_phase("optimizer step")
-                with torch.no_grad():
-                    opt.step()
-                tracker.tag((v for st in opt.state.values() for k, v in st.items() if k != "step"),
-                            "optimizer states")
-                tracker.tag((v for st in opt.state.values() for k, v in st.items() if k == "step"),
-                            "step counters")
-                watching.__exit__(None, None, None)
+                with watching:  # forward, backward and AdamW over the adapters alone
+                    _one_step(inner, None, trainable, None, opt, tokens, targets_, None, tracker,
+                              device)
             tracker.set_phase("after step")
             frozen = [p for p in params if not p.requires_grad]
             opt_tensors = [v for st in opt.state.values() for k, v in st.items() if k != "step"]

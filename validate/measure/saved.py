@@ -35,6 +35,26 @@ METHOD = (
 )
 
 
+@contextlib.contextmanager
+def layer_scopes(counter: SavedTensorCounter, layers):
+    """Name what ``counter`` sees by where the forward pass is: "embedding" before the first of
+    ``layers`` (the decoder layers), "layer i" inside layer i, "output" after it."""
+    counter.scope = "embedding"
+    handles = []
+    for i, layer in enumerate(layers):
+        def enter(_m, _a, i=i):
+            counter.scope = f"layer {i}"
+
+        def leave(_m, _a, _o):
+            counter.scope = "output"
+        handles += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def _entry(t) -> list:
     return [t.op, t.dtype, list(t.shape), t.nbytes, t.kind]
 
@@ -58,24 +78,14 @@ def measure_saved(model: str | dict, implementation: str, s: int, b: int = 1, pr
         targets = torch.randint(0, shape["vocab"], (b, s))
         tensors = [*net.parameters(), *net.buffers()]
         counter = SavedTensorCounter(parameters=tensors, inputs=[tokens, targets])
-        counter.scope = "embedding"
-        handles = []
-        for i, layer in enumerate(decoder_layers(net)):
-            def enter(_m, _a, i=i):
-                counter.scope = f"layer {i}"
-
-            def leave(_m, _a, _o):
-                counter.scope = "output"
-            handles += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
         cast = (torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext())
-        with counter(), cast:
-            loss = loss_of(net, tokens, targets)
-        if backward:
-            loss.backward()
-            missing = [n for n, p in net.named_parameters() if p.grad is None]
-            assert not missing, f"no gradient reached {missing[:3]}"
-        for h in handles:
-            h.remove()
+        with layer_scopes(counter, decoder_layers(net)):
+            with counter(), cast:
+                loss = loss_of(net, tokens, targets)
+            if backward:
+                loss.backward()
+                missing = [n for n, p in net.named_parameters() if p.grad is None]
+                assert not missing, f"no gradient reached {missing[:3]}"
         kernels = sorted({t.op for t in counter.saved.values()
                           if "attention" in t.op or "softmax" in t.op})
         result = _summarise(counter, len(decoder_layers(net)))
