@@ -49,11 +49,9 @@ def test_qlora_on_the_gpu(row):
     from trainmath.finetune import Adapter
     from trainmath.runs import estimate, run
 
-    _, model, _, adapter, length = row["id"].split("/")
-    rank, _, targets = adapter.partition("-")
-    e = estimate(run(model, adapter=Adapter("qlora", int(rank[1:]), tuple(targets.split("+"))),
-                     recipe="fp32", implementation="hf-sdpa", seq_len=int(length[1:].split("-")[0]),
-                     micro_batch=1, optimizer="adamw", optimizer_impl="for-loop"))
+    e = estimate(run(row["model"], adapter=Adapter("qlora", row["rank"], tuple(row["targets"])),
+                     recipe="fp32", implementation="hf-sdpa", seq_len=row["s"], micro_batch=1,
+                     optimizer="adamw", optimizer_impl="for-loop"))
     predicted = e.peak.bytes.n
     assert predicted <= row["cuda_max_allocated"] <= predicted + WORKSPACE_ALLOWANCE, row["id"]
     on_gpu = row["frozen_bytes"] + row["quant_constants_bytes"] + 4 * row["trainable_count"]

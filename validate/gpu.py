@@ -131,6 +131,33 @@ class _CudaPeak:
         return False
 
 
+def _record(doc: dict, key: str, out_path: Path, row: dict, measure) -> None:
+    """Measure one configuration (``measure(peak)`` runs it with the observer ``peak`` and
+    returns its own fields), add the allocator's peaks to ``row``, append it to ``doc[key]``,
+    write the file at once (a run cut short keeps what it measured) and print a line. Running
+    out of memory is recorded as ``out_of_memory``, any other failure as ``error``."""
+    peak = _CudaPeak()
+    start = time.perf_counter()
+    try:
+        row |= measure(peak)
+        row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
+                "allocated_at_step_start": peak.start_allocated}
+    except torch.cuda.OutOfMemoryError as e:
+        row["out_of_memory"] = str(e).splitlines()[0]
+    except Exception as e:  # record why, keep going
+        row["error"] = repr(e)[:500]
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    doc[key].append(row)
+    gc.collect()
+    torch.cuda.empty_cache()
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    alloc, pred = row.get("cuda_max_allocated"), row.get("predicted_peak")
+    ratio = f"{alloc / pred:.4f}" if alloc and pred else "-"
+    print(f"  {row['id']:<62} max_allocated {alloc} predicted {pred} ratio {ratio} "
+          f"({row['seconds']} s){' OOM' if 'out_of_memory' in row else ''} "
+          f"{row.get('error', '')}", flush=True)
+
+
 def steps(only: str | None, out_path: Path, doc: dict) -> None:
     recorded = {c["id"]: c for c in json.loads(RECORDED.read_text())["configurations"]}
     from trainmath.measured import estimate_of
@@ -139,38 +166,23 @@ def steps(only: str | None, out_path: Path, doc: dict) -> None:
     for pattern in ([only] if only else CHOSEN):
         todo += [c for c in configs.configurations() if re.search(pattern, c.id) and c not in todo]
     for c in todo:
-        peak = _CudaPeak()
-        start = time.perf_counter()
         row = {"id": c.id}
-        try:
-            if c.kind == "finetune":
-                m = measure_lora(c.model, c.rank_r, c.targets, c.s, c.b, foreach=c.foreach,
-                                 fake=False, observer=peak, device="cuda")
-            else:
-                m = measure_step(c.model, c.implementation, c.recipe, c.s, c.b,
-                                 foreach=c.foreach, fake=False, observer=peak, device="cuda")
-            row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
-                    "allocated_at_step_start": peak.start_allocated,
-                    "tracker_peak_on_gpu": m["peak"]["bytes"], "phase_on_gpu": m["peak"]["phase"]}
-            del m
-        except torch.cuda.OutOfMemoryError as e:
-            row["out_of_memory"] = str(e).splitlines()[0]
         rec = recorded.get(c.id)
         if rec:
             row["fake_peak_on_cpu"] = rec["measured"]["peak"]["bytes"]
             row["fake_phase_on_cpu"] = rec["measured"]["peak"]["phase"]
             est = estimate_of(rec)
             row["predicted_peak"] = -(-est.peak.bytes.n // 1) if est.peak else None
-        row["seconds"] = round(time.perf_counter() - start, 1)
-        doc["steps"].append(row)
-        gc.collect()
-        torch.cuda.empty_cache()
-        out_path.write_text(json.dumps(doc, indent=1) + "\n")
-        alloc = row.get("cuda_max_allocated")
-        pred = row.get("predicted_peak")
-        ratio = f"{alloc / pred:.4f}" if alloc and pred else "-"
-        print(f"  {c.id:<62} max_allocated {alloc} predicted {pred} ratio {ratio} "
-              f"({row['seconds']} s){' OOM' if 'out_of_memory' in row else ''}", flush=True)
+
+        def measure(peak, c=c):
+            if c.kind == "finetune":
+                m = measure_lora(c.model, c.rank_r, c.targets, c.s, c.b, foreach=c.foreach,
+                                 fake=False, observer=peak, device="cuda")
+            else:
+                m = measure_step(c.model, c.implementation, c.recipe, c.s, c.b,
+                                 foreach=c.foreach, fake=False, observer=peak, device="cuda")
+            return {"tracker_peak_on_gpu": m["peak"]["bytes"], "phase_on_gpu": m["peak"]["phase"]}
+        _record(doc, "steps", out_path, row, measure)
 
 
 QLORA = (("llama-2-7b", 16, ("q", "v"), 2048), ("llama-2-7b", 64, ("q", "k", "v", "o", "gate", "up",
@@ -254,29 +266,15 @@ def qlora(doc: dict, out_path: Path) -> None:
     from trainmath.runs import estimate, run
 
     for model, rank, targets, s in QLORA:
-        peak = _CudaPeak()
-        start = time.perf_counter()
-        row = {"id": f"qlora/{model}/hf-sdpa/r{rank}-{'+'.join(targets)}/s{s}-b1"}
-        try:
-            row |= measure_qlora(model, rank, targets, s, observer=peak)
-            row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
-                    "allocated_at_step_start": peak.start_allocated}
-        except Exception as e:  # record why, keep going
-            row["error"] = repr(e)[:500]
+        row = {"id": f"qlora/{model}/hf-sdpa/r{rank}-{'+'.join(targets)}/s{s}-b1", "model": model,
+               "rank": rank, "targets": list(targets), "s": s}
         est = estimate(run(preset(model), adapter=Adapter("qlora", rank, targets), recipe="fp32",
                            implementation="hf-sdpa", seq_len=s, micro_batch=1,
                            optimizer="adamw", optimizer_impl="for-loop"))
         row["predicted_peak"] = -(-est.peak.bytes.n // 1)
         row["predicted_weights"] = est.to_dict()["per_device"]["weights"]
-        row["seconds"] = round(time.perf_counter() - start, 1)
-        doc["qlora"].append(row)
-        gc.collect()
-        torch.cuda.empty_cache()
-        out_path.write_text(json.dumps(doc, indent=1) + "\n")
-        alloc = row.get("cuda_max_allocated")
-        ratio = f"{alloc / row['predicted_peak']:.4f}" if alloc else "-"
-        print(f"  {row['id']:<62} max_allocated {alloc} predicted {row['predicted_peak']} "
-              f"ratio {ratio} ({row['seconds']} s) {row.get('error', '')}", flush=True)
+        _record(doc, "qlora", out_path, row,
+                lambda peak, a=(model, rank, targets, s): measure_qlora(*a, observer=peak))
 
 
 #: a mixture of experts: Mixtral-8x7B's shape with 2 of its 32 layers (one H200 cannot hold all
@@ -286,26 +284,15 @@ MOE = (("mixtral-8x7b", 2, "zero-bf16", 4096), ("mixtral-8x7b", 2, "megatron-bf1
 
 def moe(doc: dict, out_path: Path) -> None:
     for model, layers, recipe, s in MOE:
-        peak = _CudaPeak()
-        start = time.perf_counter()
         row = {"id": f"moe/{model}-{layers}-layers/hf-sdpa/{recipe}/s{s}-b1", "model": model,
                "layers": layers, "recipe": recipe, "s": s}
-        try:
-            m = measure_step(model, "hf-sdpa", recipe, s, 1, layers=layers, fake=False,
+
+        def measure(peak, a=(model, recipe, s, layers)):
+            m = measure_step(a[0], "hf-sdpa", a[1], a[2], 1, layers=a[3], fake=False,
                              observer=peak, device="cuda")
-            row |= {"cuda_max_allocated": peak.allocated, "cuda_max_reserved": peak.reserved,
-                    "tracker_peak_on_gpu": m["peak"]["bytes"], "phase_on_gpu": m["peak"]["phase"],
+            return {"tracker_peak_on_gpu": m["peak"]["bytes"], "phase_on_gpu": m["peak"]["phase"],
                     "states_total": m["states"]["total"]}
-        except Exception as e:  # record why, keep going
-            row["error"] = repr(e)[:500]
-        row["seconds"] = round(time.perf_counter() - start, 1)
-        doc["moe"].append(row)
-        gc.collect()
-        torch.cuda.empty_cache()
-        out_path.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"  {row['id']:<62} max_allocated {row.get('cuda_max_allocated')} tensors "
-              f"{row.get('tracker_peak_on_gpu')} ({row['seconds']} s) {row.get('error', '')}",
-              flush=True)
+        _record(doc, "moe", out_path, row, measure)
 
 
 def main(argv: list[str] | None = None) -> int:
