@@ -7,7 +7,7 @@ The machinery is the ``mystclaims`` package (``tools/mystclaims``); see CONTRIBU
 from mystclaims.scanner import Lint
 from mystclaims.sybil import collect
 
-from trainmath.cli import main
+from trainmath.cli.command import main
 
 #: The site cites by key from docs/references.bib: a citation year or a link to a paper typed in
 #: a page's prose fails, as does a number in words that is not a claim (CONTRIBUTING.md).
@@ -18,9 +18,9 @@ LINT = Lint(
 )
 
 pytest_collect_file = collect(
-    pages=["docs/*.md", "docs/reference/*.md"],
+    pages=["docs/*.md", "docs/reference/*.md", "docs/reference/**/*.md"],
     guides=["README.md", "CONTRIBUTING.md"],  # their code and claims run; no number lint
-    docstrings=["src/trainmath/*.py"],  # imported as trainmath.x, the installed package
+    docstrings=["src/trainmath/*.py", "src/trainmath/**/*.py"],  # imported as trainmath.x, the installed package
     docstring_excludes=["src/trainmath/__main__.py"],
     lint=LINT,
     commands={"trainmath": main},

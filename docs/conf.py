@@ -92,7 +92,7 @@ autodoc_typehints = "signature"
 python_maximum_signature_line_length = 100  # a longer signature: one parameter per line
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True  # defaults as the source writes them: Bytes(0), 1 << 20
-add_module_names = False  # "training_state(...)", not "trainmath.memory.training_state(...)"
+add_module_names = False  # "training_state(...)", not "trainmath.memory.recipes.training_state(...)"
 python_use_unqualified_type_names = True
 # Types from outside the library are shown by name, unlinked (no remote inventories offline).
 nitpick_ignore = [

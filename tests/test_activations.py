@@ -2,11 +2,11 @@ from fractions import Fraction
 
 import pytest
 
-from trainmath.activations import (AS2B_COEFFICIENT, KORTHIKANTI_LAYER, SBH_COEFFICIENT,
-                                   activation_bytes, block_coefficients, in_flight,
-                                   input_activations, layer_activation_bytes, layer_activations,
-                                   output_activations, stage_activations)
-from trainmath.models import gpt_shape, preset
+from trainmath.memory.activations import (AS2B_COEFFICIENT, KORTHIKANTI_LAYER, SBH_COEFFICIENT, activation_bytes, block_coefficients, layer_activation_bytes, layer_activations)
+from trainmath.parallel.schedules import in_flight
+from trainmath.memory.embedding_and_loss import input_activations, output_activations
+from trainmath.memory.stages import stage_activations
+from trainmath.model.presets import gpt_shape, preset
 
 
 def test_eq1_coefficients_and_their_derivation():
@@ -131,7 +131,7 @@ def test_gpt_blocks_are_the_papers_11_19_and_4():
 
 
 def test_sequence_parallel_needs_s_divisible():
-    with pytest.raises(ValueError, match=r"s \(sequence length\) 100 is not divisible by tp × cp 8"):
+    with pytest.raises(ValueError, match=r"seq_len 100 is not divisible by tp × cp = 8 × 1 = 8"):
         layer_activations(_gpt(1024, 16), 100, 1, tp=8, sequence_parallel=True)
 
 
@@ -209,7 +209,7 @@ def test_full_recompute_keeps_the_input_split_only_by_sequence_parallelism():
 
 
 def test_tensor_parallel_must_divide_heads_kv_heads_and_ffn():
-    with pytest.raises(ValueError, match=r"kv_heads 8 is not divisible by tp \(tensor-parallel size\) 16"):
+    with pytest.raises(ValueError, match=r"kv_heads 8 is not divisible by tp 16"):
         layer_activations(preset("llama-3-70b"), 4096, 1, tp=16)
     with pytest.raises(ValueError, match="unknown attention 'sdpa'; accepted: eager, flash"):
         layer_activations(preset("llama-3-70b"), 4096, 1, attention="sdpa")
@@ -261,9 +261,9 @@ def test_embedding_and_output_layer_section_4_3():
 
 
 # -- implementation profiles ------------------------------------------------------------------
-from trainmath.activations import (IMPLEMENTATIONS, implementation, kernels_problem,  # noqa: E402
-                                   rotary_activations)
-from trainmath.models import modified  # noqa: E402
+from trainmath.memory.kernels import IMPLEMENTATIONS, implementation, kernel_problems  # noqa: E402
+from trainmath.memory.embedding_and_loss import rotary_activations  # noqa: E402
+from trainmath.model.shape import modified  # noqa: E402
 from trainmath.precision import activation_coefficients  # noqa: E402
 
 
@@ -343,8 +343,9 @@ def test_hugging_face_kernels_need_a_llama_shape_and_no_model_parallelism():
     gpt = modified(preset("llama-2-7b"), mlp="gelu", norm="layernorm", dropout=True)
     with pytest.raises(ValueError, match="Hugging Face's Llama/Mistral kernels cannot run"):
         layer_activations(gpt, 2048, 1, implementation="hf-sdpa")
-    assert "tp = 2" in kernels_problem(preset("llama-2-7b"), "hf", tp=2)
-    assert kernels_problem(preset("llama-2-7b"), "megatron", tp=2) is None
+    (problem,) = kernel_problems(preset("llama-2-7b"), "hf-sdpa", tp=2)
+    assert "tp = 2" in problem.message and {"implementation", "tp"} <= set(problem.fields)
+    assert kernel_problems(preset("llama-2-7b"), "megatron-te", tp=2) == []
     with pytest.raises(ValueError, match="attention 'eager' contradicts implementation 'hf-sdpa'"):
         layer_activations(preset("llama-2-7b"), 2048, 1, implementation="hf-sdpa",
                           attention="eager")

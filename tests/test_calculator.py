@@ -1,4 +1,4 @@
-"""trainmath.calculator and the calculator page's Sphinx extension, without a browser.
+"""trainmath.cli.calculator and the calculator page's Sphinx extension, without a browser.
 
 The browser suite (tests/browser/test_calculator.py) checks the page in Chromium against the
 command; these check the pieces: the form mirrors the parser, values and command lines map both
@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from trainmath import activations, cli, compute, memory, models
-from trainmath.calculator import (FILE_METAVARS, calculate, field_of, form_values, forms,
-                                  run_command, to_argv)
+from trainmath import hardware
+from trainmath.cli import command as cli
+from trainmath.memory import kernels, recipes
+from trainmath.model import presets
+from trainmath.cli.calculator import (FILE_METAVARS, calculate, field_of, form_values, forms, run_command, to_argv)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,10 +38,10 @@ def test_the_form_has_every_option_of_the_command_and_its_choices():
                if o.startswith("--") and o not in ("--help", "--json")}
     shown = {flag for f in fields.values() for flag in f.flags}
     assert shown == options
-    assert fields["model"].choices == tuple(models.PRESETS)
-    assert fields["gpu"].choices == (*compute.GPUS, *compute.GPU_ALIASES)
-    assert fields["recompute"].choices == tuple(activations.RECOMPUTE_KINDS)
-    assert set(memory.RECIPES) <= set(fields["recipe"].choices)
+    assert fields["model"].choices == tuple(presets.PRESETS)
+    assert fields["gpu"].choices == (*hardware.GPUS, *hardware.GPU_ALIASES)
+    assert fields["recompute"].choices == tuple(kernels.RECOMPUTE_KINDS)
+    assert set(recipes.RECIPES) <= set(fields["recipe"].choices)
     assert fields["dropout"].kind == "switch" and fields["sequence-parallel"].kind == "flag"
     assert fields["seq-len"].kind == "text" and fields["dp"].default == "1"
     assert [g.title for g in form.groups][:2] == ["model (a preset, a parameter count, or a shape)",

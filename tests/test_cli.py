@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from trainmath.cli import main, parse_count
+from trainmath.cli.command import main, parse_count
 from trainmath.units import GB
 
 

@@ -1,10 +1,10 @@
-"""trainmath.collectives: ring factors (Patarasuk & Yuan 2009; ZeRO §7.1)."""
+"""trainmath.time.collectives: ring factors (Patarasuk & Yuan 2009; ZeRO §7.1)."""
 
 from fractions import Fraction
 
 import pytest
 
-from trainmath.collectives import ring_all_reduce_factor, ring_gather_factor
+from trainmath.time.collectives import ring_all_reduce_factor, ring_gather_factor
 
 
 def test_ring_factors():

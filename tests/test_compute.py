@@ -1,27 +1,13 @@
-"""trainmath.compute: FLOPs, peaks, MFU/HFU, time to train -- checked against published runs."""
+"""trainmath.time.flops: FLOPs, peaks, MFU/HFU, time to train -- checked against published runs."""
 
 import math
 from fractions import Fraction
 
 import pytest
 
-from trainmath.compute import (
-    GPUS,
-    PUBLISHED_RUNS,
-    Peak,
-    flops_per_token,
-    gpu,
-    hfu,
-    matmul_params,
-    mfu,
-    model_flops_per_token,
-    peak_flops,
-    scaling_efficiency,
-    time_to_train,
-    tokens_per_second,
-    training_flops,
-)
-from trainmath.models import shape
+from trainmath.hardware import GPUS, Peak, gpu, peak_flops
+from trainmath.time.flops import (PUBLISHED_RUNS, flops_per_token, hfu, matmul_params, mfu, model_flops_per_token, scaling_efficiency, time_to_train, tokens_per_second, training_flops)
+from trainmath.model.shape import shape
 from trainmath.units import GB
 
 
@@ -211,6 +197,6 @@ def test_utilization_bad_input():
 def test_the_flops_coefficients_are_kaplan_s_and_palm_s():
     """Kaplan et al. 2020 §2.1: 6N per token (2N forward, 4N backward); Chowdhery et al. 2022,
     Appendix B: 12·L·H·Q·T for the attention scores."""
-    from trainmath.compute import ATTENTION_FLOPS_COEFFICIENT, PARAM_FLOPS_PER_TOKEN
+    from trainmath.time.flops import ATTENTION_FLOPS_COEFFICIENT, PARAM_FLOPS_PER_TOKEN
 
     assert (PARAM_FLOPS_PER_TOKEN, ATTENTION_FLOPS_COEFFICIENT) == (6, 12)

@@ -1,4 +1,4 @@
-"""trainmath.explain: each figure's formula gives the estimate's figure, on published examples."""
+"""trainmath.report.terms: each figure's formula gives the estimate's figure, on published examples."""
 
 import re
 from fractions import Fraction
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.explain import LINKS, explain
-from trainmath.runs import estimate, run
+from trainmath.report.terms import LINKS, explain
+from trainmath.runs.estimates import estimate
+from trainmath.runs.description import run
 from trainmath.units import GB
 
 RUNS = {
@@ -113,7 +114,7 @@ def test_links_name_headings_the_pages_have():
 
 @pytest.mark.parametrize("name", UNMODELLED)
 def test_a_run_the_formulas_do_not_cover_says_so(name):
-    from trainmath import cli
+    from trainmath.cli import command as cli
 
     root = Path(__file__).resolve().parents[1]
     argv = [a if not a.startswith("tests/") else str(root / a) for a in UNMODELLED[name]]

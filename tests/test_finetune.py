@@ -1,4 +1,4 @@
-"""trainmath.finetune and LoRA/QLoRA runs: expected values from the papers, peft and bitsandbytes.
+"""trainmath.memory.finetune and LoRA/QLoRA runs: expected values from the papers, peft and bitsandbytes.
 
 Sources of the expected values: Hu et al. 2021 §7.1 (the 18M-parameter budget on GPT-3 175B),
 Dettmers et al. 2023 §3 (0.127 bits of constants with Double Quantization, 0.5 without),
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.cli import main
-from trainmath.finetune import (ALL_LINEAR, TARGETS, Adapter, adapter_states, lora_params,
-                                nf4_bits_per_param, nf4_tensor_bytes, parse_targets,
-                                quantized_params)
-from trainmath.models import modified, param_count, preset
-from trainmath.runs import estimate, run
+from trainmath.cli.command import main
+from trainmath.memory.finetune import (ALL_LINEAR, TARGETS, Adapter, adapter_states, lora_params, nf4_bits_per_param, nf4_tensor_bytes, parse_targets, quantized_params)
+from trainmath.model.shape import modified, param_count
+from trainmath.model.presets import preset
+from trainmath.runs.estimates import estimate
+from trainmath.runs.description import run
 
 LLAMA = preset("llama-2-7b")
 MEASURED = json.loads((Path(__file__).resolve().parents[1] / "docs" / "_data" /

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.measured import estimate_of
+from trainmath.checks.measured import estimate_of
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "_data"
 GPU = json.loads((DATA / "gpu-check.json").read_text())
@@ -46,8 +46,9 @@ QLORA = GPU["qlora"]
 def test_qlora_on_the_gpu(row):
     """A real QLoRA step (bitsandbytes Linear4bit, NF4 with double quantization, peft's fp32
     adapters): its peak and its weights against the library's QLoRA estimate."""
-    from trainmath.finetune import Adapter
-    from trainmath.runs import estimate, run
+    from trainmath.memory.finetune import Adapter
+    from trainmath.runs.estimates import estimate
+    from trainmath.runs.description import run
 
     e = estimate(run(row["model"], adapter=Adapter("qlora", row["rank"], tuple(row["targets"])),
                      recipe="fp32", implementation="hf-sdpa", seq_len=row["s"], micro_batch=1,
@@ -65,8 +66,10 @@ MOE = GPU["moe"]
 def test_mixture_of_experts_on_the_gpu(row):
     """transformers' MixtralForCausalLM (grouped_mm experts), Mixtral-8x7B's shape with fewer
     layers, one AdamW step on the GPU: the allocator's peak against the library's."""
-    from trainmath.models import modified, preset
-    from trainmath.runs import estimate, run
+    from trainmath.model.shape import modified
+    from trainmath.model.presets import preset
+    from trainmath.runs.estimates import estimate
+    from trainmath.runs.description import run
 
     recipe = {"zero-bf16": "bf16-mixed", "megatron-bf16": "megatron"}[row["recipe"]]
     e = estimate(run(modified(preset(row["model"]), layers=row["layers"]), recipe=recipe,

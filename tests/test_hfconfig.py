@@ -1,4 +1,4 @@
-"""trainmath.hfconfig: published config.json files read into shapes, and their exact parameter
+"""trainmath.model.hfconfig: published config.json files read into shapes, and their exact parameter
 counts from sources outside the code (each cited where it is asserted)."""
 
 import json
@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.hfconfig import FAMILIES, family_of, load_config, shape_from_config
-from trainmath.models import param_breakdown, param_count, preset, preset_like
-from trainmath.runs import estimate, run
+from trainmath.model.hfconfig import FAMILIES, family_of, load_config, shape_from_config
+from trainmath.model.shape import param_breakdown, param_count
+from trainmath.model.presets import preset, preset_like
+from trainmath.runs.estimates import estimate
+from trainmath.runs.description import run
 
 DATA = Path(__file__).parent / "data" / "hf-configs"
 

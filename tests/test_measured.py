@@ -2,7 +2,7 @@
 
 docs/_data/measurements.json holds what real training code keeps at full size (validate/measure,
 re-measured by ``make validate``). Here the library predicts every recorded configuration again
-(:mod:`trainmath.measured`, through :func:`trainmath.runs.estimate`) and each quantity must agree:
+(:mod:`trainmath.checks.measured`, through :func:`trainmath.runs.estimates.estimate`) and each quantity must agree:
 model states to the byte (each kind, and Adam's step counters), activations within 1% per layer
 and per model, the step's peak within 2% and in the same phase. A library change that breaks
 agreement with PyTorch fails here, naming the configuration, the measured and the predicted bytes.
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES,
-                                Comparison, compare, compare_all)
+from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, Comparison, compare, compare_all)
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "_data" / "measurements.json"
 DOC = json.loads(DATA.read_text(encoding="utf-8"))
@@ -73,7 +72,7 @@ def test_a_disagreement_names_the_configuration_and_both_figures():
 def test_changing_a_formula_breaks_agreement(monkeypatch):
     """If the 16-bit recipes kept 2-byte gradients in Megatron's place (the ZeRO paper's 16, not
     its 18), the Megatron configurations would fail, by name."""
-    from trainmath import memory
+    from trainmath.memory import recipes as memory
     wrong = dict(memory.RECIPES)
     wrong["megatron"] = memory.Recipe("megatron", 2, 2, 4, 4, "drifted", persistent_gradients=True)
     monkeypatch.setattr(memory, "RECIPES", wrong)

@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from trainmath.memory import (OPTIMIZERS, RECIPES, bytes_per_param, training_state)
+from trainmath.memory.recipes import OPTIMIZERS, RECIPES, bytes_per_param, training_state
 from trainmath.units import GB, Bytes
 
 
@@ -73,7 +73,7 @@ def test_8bit_adam_block_sizes_of_the_paper_and_of_bitsandbytes():
     since v0.44.0 (Optimizer2State.init_state: one float32 absmax1 and absmax2 per block)."""
     from fractions import Fraction
 
-    from trainmath.memory import ADAM_8BIT_BLOCK, BITSANDBYTES_8BIT_BLOCK, blockwise_overhead
+    from trainmath.memory.recipes import (ADAM_8BIT_BLOCK, BITSANDBYTES_8BIT_BLOCK, blockwise_overhead)
 
     assert (ADAM_8BIT_BLOCK, BITSANDBYTES_8BIT_BLOCK) == (2048, 256)
     assert blockwise_overhead(256) == Fraction(2 * 4, 256)
@@ -84,8 +84,8 @@ def test_8bit_adam_block_sizes_of_the_paper_and_of_bitsandbytes():
 # -- what frameworks keep ---------------------------------------------------------------------
 from fractions import Fraction  # noqa: E402
 
-from trainmath.memory import RECIPE_ALIASES, recipe  # noqa: E402
-from trainmath.sharding import zero_states  # noqa: E402
+from trainmath.memory.recipes import RECIPE_ALIASES, recipe  # noqa: E402
+from trainmath.memory.sharding import zero_states  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from trainmath.models import (PRESETS, ModelShape, gpt_shape, is_gpt_style, megatron_omissions,
-                              megatron_param_count, modified, param_breakdown, param_count, preset,
-                              shape)
+from trainmath.model.presets import (PRESETS, gpt_shape, is_gpt_style, megatron_omissions, megatron_param_count, preset)
+from trainmath.model.shape import ModelShape, modified, param_breakdown, param_count, shape
 
 
 def test_llama_2_7b_parameter_count_is_exact():
@@ -158,7 +157,7 @@ def test_megatron_formula_refuses_llama_shapes():
 def test_the_coefficients_the_pages_state_are_the_papers():
     """Narayanan et al. 2021 §5.1: 12lh² weights and 13lh biases and LayerNorm parameters per
     GPT layer; a GPT MLP is 4h wide (Vaswani et al. 2017, §3.3: d_ff = 4 d_model)."""
-    from trainmath.models import GPT_FFN_MULTIPLIER, MEGATRON_VECTORS_PER_H, MEGATRON_WEIGHTS_PER_H2
+    from trainmath.model.presets import (GPT_FFN_MULTIPLIER, MEGATRON_VECTORS_PER_H, MEGATRON_WEIGHTS_PER_H2)
 
     assert (MEGATRON_WEIGHTS_PER_H2, MEGATRON_VECTORS_PER_H, GPT_FFN_MULTIPLIER) == (12, 13, 4)
     m = gpt_shape("gpt", layers=1, hidden=64, heads=4, vocab=10, positions=8)
@@ -170,10 +169,10 @@ def test_the_coefficients_the_pages_state_are_the_papers():
 
 
 # -- positions, layouts and how the presets are trained ----------------------------------------
-from trainmath.activations import IMPLEMENTATIONS  # noqa: E402
-from trainmath.memory import RECIPES  # noqa: E402
-from trainmath.models import (CUSTOM_DEFAULTS, TRAINING_DEFAULTS, param_shapes,  # noqa: E402
-                              trained_with)
+from trainmath.memory.kernels import IMPLEMENTATIONS  # noqa: E402
+from trainmath.memory.recipes import RECIPES  # noqa: E402
+from trainmath.model.presets import CUSTOM_DEFAULTS, TRAINING_DEFAULTS, trained_with  # noqa: E402
+from trainmath.model.shape import param_shapes  # noqa: E402
 
 
 def test_presets_know_their_positions():

@@ -1,15 +1,20 @@
-"""trainmath.moe and expert parallelism: total and active parameters, per-device memory with ep,
+"""trainmath.model.moe and expert parallelism: total and active parameters, per-device memory with ep,
 the all-to-all, and the command's flags."""
 
 from fractions import Fraction
 
 import pytest
 
-from trainmath.cli import main
-from trainmath.models import modified, param_count, param_shapes, preset, shape
-from trainmath.moe import active_params, all_to_all_elements, expert_params, expert_tokens, total_params
-from trainmath.parallelism import Layout, device_memory, layout, stage_params
-from trainmath.runs import estimate, run
+from trainmath.cli.command import main
+from trainmath.model.shape import modified, param_count, param_shapes, shape
+from trainmath.model.presets import preset
+from trainmath.model.moe import active_params, expert_params, expert_tokens, total_params
+from trainmath.time.communication import all_to_all_elements
+from trainmath.parallel.layout import Layout, layout
+from trainmath.memory.stages import device_memory
+from trainmath.parallel.placement import stage_params
+from trainmath.runs.estimates import estimate
+from trainmath.runs.description import run
 
 MIXTRAL = preset("mixtral-8x7b")
 
@@ -185,7 +190,7 @@ def test_modified_keeps_expert_fields():
 def test_expert_parallel_traffic_per_step():
     """Mixtral on dp 16, ep 8, pp 4: per micro-batch and MoE layer 4 × 7/8 × s·k·h bf16 values
     leave the device; 8 layers per stage, m = 256 / 16 = 16 micro-batches."""
-    from trainmath.parallelism import communication
+    from trainmath.time.communication import communication
 
     c = communication(MIXTRAL, layout(dp=16, pp=4, ep=8), seq_len=4096, micro_batch=1,
                       global_batch=256, zero_stage=1, stage=0)
@@ -197,7 +202,7 @@ def test_expert_parallel_traffic_per_step():
 
 
 def test_all_to_all_factor():
-    from trainmath.collectives import all_to_all_factor
+    from trainmath.time.collectives import all_to_all_factor
 
     assert all_to_all_factor(8) == Fraction(7, 8) and all_to_all_factor(1) == 0
 
@@ -205,7 +210,7 @@ def test_all_to_all_factor():
 def test_flops_follow_the_active_parameters():
     """6N counts the router and k experts per layer: Mixtral's active parameters less its token
     embedding (a lookup) and its norms."""
-    from trainmath.compute import matmul_params
+    from trainmath.time.flops import matmul_params
 
     norms = 32 * 2 * 4096 + 4096
     assert matmul_params(MIXTRAL) == active_params(MIXTRAL) - 32000 * 4096 - norms

@@ -1,4 +1,4 @@
-"""trainmath.parallelism: layouts, per-device parameters and memory, traffic, pipeline bubble.
+"""trainmath.parallel.layout: layouts, per-device parameters and memory, traffic, pipeline bubble.
 
 Every expected value is worked out here from the papers' formulas, not read back from the code.
 """
@@ -7,19 +7,12 @@ from fractions import Fraction
 
 import pytest
 
-from trainmath.models import param_count, shape
-from trainmath.parallelism import (
-    Layout,
-    bubble_fraction,
-    bubble_share,
-    communication,
-    device_memory,
-    layout,
-    microbatches,
-    peak_device_memory,
-    stage_params,
-    validate,
-)
+from trainmath.model.shape import param_count, shape
+from trainmath.parallel.layout import Layout, layout, microbatches, validate
+from trainmath.parallel.schedules import bubble_fraction, bubble_share
+from trainmath.time.communication import communication
+from trainmath.memory.stages import device_memory, peak_device_memory
+from trainmath.parallel.placement import stage_params
 from trainmath.units import Bytes, parse_bytes
 
 # Llama-3-70B: Dubey et al. 2024, Table 3; config.json of meta-llama/Meta-Llama-3-70B.
@@ -251,7 +244,7 @@ def test_sequence_parallel_traffic_the_paper_and_megatron_lm():
     equivalents per layer. Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication
     all-gathers each column-parallel input again in the backward: 2 more all-gathers, 5."""
     count = dict(first=False, last=False, sequence_parallel=True, recompute="none")
-    from trainmath.parallelism import tensor_parallel_collectives
+    from trainmath.time.communication import tensor_parallel_collectives
     assert tensor_parallel_collectives(1, **count, regather=False) == 4
     assert tensor_parallel_collectives(1, **count) == 5
     h, L, s, b, tp = 1024, 4, 2048, 2, 4

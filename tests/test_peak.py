@@ -1,4 +1,4 @@
-"""trainmath.peak: the moments of a step and the optimizer's temporaries.
+"""trainmath.memory.peak: the moments of a step and the optimizer's temporaries.
 
 Expected values from PyTorch's AdamW (torch/optim/adamw.py): the foreach path computes
 torch._foreach_sqrt over every second moment at once; the single-tensor path holds the square
@@ -7,7 +7,7 @@ root and its quotient for one tensor at a time.
 
 import pytest
 
-from trainmath.peak import Moment, StepPeak, optimizer_temporaries
+from trainmath.memory.peak import Moment, StepPeak, optimizer_temporaries
 from trainmath.units import Bytes
 
 

@@ -1,4 +1,4 @@
-"""trainmath.planner: the ranking, its reasons, its speed, and published runs.
+"""trainmath.planner.search: the ranking, its reasons, its speed, and published runs.
 
 Published layouts come from docs/_data/published_layouts.json, transcribed from the papers'
 tables (each row names its table and row): Dubey et al. 2024 Table 4 (Llama 3 405B), Narayanan
@@ -14,13 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from trainmath import parallelism, planner
-from trainmath.cli import main
-from trainmath.compute import GPUS, flops_per_token
-from trainmath.models import megatron_param_count, modified, param_count, preset
-from trainmath.parallelism import Layout
-from trainmath.planner import INTERCONNECTS, NCCL_RING, Overlap, plan, step_time
-from trainmath.runs import estimate, run
+from trainmath.parallel import placement
+from trainmath.planner import search as planner
+from trainmath.time import step as steptime
+from trainmath.cli.command import main
+from trainmath.hardware import GPUS
+from trainmath.time.flops import flops_per_token
+from trainmath.model.presets import megatron_param_count, preset
+from trainmath.model.shape import modified, param_count
+from trainmath.parallel.layout import Layout
+from trainmath.hardware import INTERCONNECTS
+from trainmath.time.step import NCCL_RING, Overlap, step_time
+from trainmath.planner.search import plan
+from trainmath.runs.estimates import estimate
+from trainmath.runs.description import run
 
 DATA = json.loads((Path(__file__).parents[1] / "docs/_data/published_layouts.json").read_text())
 GB = 10**9
@@ -101,8 +108,8 @@ def test_plan_is_fast():
     this process), with every cache emptied first, the plan's own memo included."""
     planner._memo.cache_clear()
     planner._estimate.cache_clear()
-    planner._traffic.cache_clear()
-    parallelism._stage_params.cache_clear()
+    steptime._traffic.cache_clear()
+    placement._stage_params.cache_clear()
     start = time.process_time()
     plan("llama-3-70b", gpu="h100-sxm", gpus=512, seq_len=8192, global_batch=1024)
     assert time.process_time() - start < 1

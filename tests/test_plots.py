@@ -1,11 +1,11 @@
-"""The site's figures: SVG that follows the theme, with alt text from the data (trainmath.plots)."""
+"""The site's figures: SVG that follows the theme, with alt text from the data (trainmath.report.plots)."""
 
 import re
 
 import pytest
 
-plots = pytest.importorskip("trainmath.plots")
-from trainmath.memory import training_state  # noqa: E402
+plots = pytest.importorskip("trainmath.report.plots")
+from trainmath.memory.recipes import training_state  # noqa: E402
 from trainmath.units import GB, Bytes  # noqa: E402
 
 

@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from trainmath.activations import AS2B_COEFFICIENT, KORTHIKANTI_LAYER, SBH_COEFFICIENT
+from trainmath.memory.activations import AS2B_COEFFICIENT, KORTHIKANTI_LAYER, SBH_COEFFICIENT
 from trainmath.precision import (DTYPES, FORMATS, GRADSCALER_DEFAULTS, LossScaler,
                                  activation_coefficients, apply_updates, decimal_digits,
                                  derive_format, float_format, from_finfo, is_mask,

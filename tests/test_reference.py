@@ -26,12 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
 
 #: Modules with no reference page: the claim machinery is leaving the library for its own
-#: package, and ``__main__`` only runs the command (documented on the trainmath.cli page).
+#: package, and ``__main__`` only runs the command (documented on the trainmath.cli.command page).
 NOT_IN_REFERENCE = {"trainmath.claims", "trainmath.__main__"}
 
+#: Every module of every layer (a package's ``__init__`` only describes its layer).
 MODULES = sorted(
-    name for m in pkgutil.iter_modules(trainmath.__path__)
-    if (name := f"trainmath.{m.name}") not in NOT_IN_REFERENCE
+    m.name for m in pkgutil.walk_packages(trainmath.__path__, "trainmath.")
+    if not m.ispkg and m.name not in NOT_IN_REFERENCE
 )
 
 
@@ -137,10 +138,10 @@ def _directives(text: str):
 def documented() -> dict[str, str]:
     """Every qualified name the reference pages document, and the page that documents it."""
     found: dict[str, str] = {}
-    for page in sorted(REFERENCE.glob("*.md")):
+    for page in sorted(REFERENCE.rglob("*.md")):
         for kind, target, options in _directives(page.read_text(encoding="utf-8")):
             if kind == "automodule":
-                found[target] = page.name
+                found[target] = str(page.relative_to(REFERENCE))
                 if "members" not in options or target not in MODULES:
                     continue
                 listed = set(options["members"]) or set(public_names(target))
@@ -149,11 +150,11 @@ def documented() -> dict[str, str]:
                     if module_name == target and dotted.split(".")[0] in listed:
                         found[f"{module_name}.{dotted}"] = page.name
             else:  # autofunction, autoclass (with :members:, its members too), autodata ...
-                found[target] = page.name
+                found[target] = str(page.relative_to(REFERENCE))
                 if kind == "autoclass" and "members" in options:
                     for module_name, dotted, _ in OBJECTS:
                         if f"{module_name}.{dotted}".startswith(target + "."):
-                            found[f"{module_name}.{dotted}"] = page.name
+                            found[f"{module_name}.{dotted}"] = str(page.relative_to(REFERENCE))
     return found
 
 
@@ -181,16 +182,24 @@ def test_package_exports_are_documented_where_they_are_defined():
 
 
 def test_reference_index_lists_every_page():
+    """One toctree per layer of the library; together they list every page once."""
     index = (REFERENCE / "index.md").read_text(encoding="utf-8")
-    toctree = re.search(r"```\{toctree\}\n(.*?)```", index, re.DOTALL)[1]
-    entries = {line.strip() for line in toctree.splitlines() if line.strip() and not line.startswith(":")}
-    pages = {p.stem for p in REFERENCE.glob("*.md")} - {"index"}
-    assert entries == pages
+    entries = [line.strip() for toctree in re.findall(r"```\{toctree\}\n(.*?)```", index, re.DOTALL)
+               for line in toctree.splitlines() if line.strip() and not line.startswith(":")]
+    pages = {p.relative_to(REFERENCE).with_suffix("").as_posix() for p in REFERENCE.rglob("*.md")}
+    assert len(entries) == len(set(entries)) and set(entries) == pages - {"index"}
+
+
+def test_reference_pages_follow_the_layout():
+    """A module's page sits where the module sits: trainmath/memory/peak.py, memory/peak.md."""
+    for module_name in MODULES:
+        page = REFERENCE / (module_name.removeprefix("trainmath.").replace(".", "/") + ".md")
+        assert page.exists() and f"automodule:: {module_name}" in page.read_text(), module_name
 
 
 def test_reference_prose_states_no_numbers():
     """The claim lint reads docs/*.md, not docs/reference/: numbers belong in the docstrings."""
-    for page in sorted(REFERENCE.glob("*.md")):
+    for page in sorted(REFERENCE.rglob("*.md")):
         prose = re.sub(r"^(`{3,}).*?^\1", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
         prose = re.sub(r"`[^`]*`", "", prose)  # inline code and role targets
         for number in re.finditer(r"(?<![\w-])\d[\d.,]*", prose):

@@ -1,4 +1,4 @@
-"""trainmath.runs: one run, checked once, estimated per device.
+"""trainmath.runs.estimates: one run, checked once, estimated per device.
 
 Expected values come from the papers (ZeRO §3.1 and §5.1–5.3, Korthikanti et al. 2022 §4,
 Narayanan et al. 2021 §2.2) and published configs, worked out here, not read back from the code.
@@ -15,10 +15,13 @@ from fractions import Fraction
 import pytest
 
 from trainmath import Estimate, Run, estimate, run
-from trainmath.cli import main
-from trainmath.runs import Batch, Gpu, ShapeNeeded, Training
-from trainmath.models import modified, preset
-from trainmath.parallelism import Layout
+from trainmath.cli.command import main
+from trainmath.parallel.layout import Batch
+from trainmath.runs.description import Gpu, ShapeNeeded
+from trainmath.memory.training import Training
+from trainmath.model.shape import modified
+from trainmath.model.presets import preset
+from trainmath.parallel.layout import Layout
 from trainmath.units import GB, Bytes, parse_bytes
 
 PSI, N_D = 7_500_000_000, 64  # ZeRO §5.1–5.3 and Figure 1: Ψ = 7.5B on 64 GPUs, K = 12
@@ -279,7 +282,7 @@ def test_a_parameter_count_alone_cannot_be_split(kwargs, fields, message):
 def test_docstring_examples():
     import doctest
 
-    result = doctest.testmod(importlib.import_module("trainmath.runs"))
+    result = doctest.testmod(importlib.import_module("trainmath.runs.estimates"))
     assert result.attempted >= 4 and result.failed == 0
     assert isinstance(estimate(run(7_000_000_000)), Estimate)
 

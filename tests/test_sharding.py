@@ -2,9 +2,8 @@ from fractions import Fraction
 
 import pytest
 
-from trainmath.memory import bytes_per_param, training_state
-from trainmath.sharding import (dim0_rows, fsdp2_dtypes, fsdp2_rank, fsdp_memory, min_ranks,
-                                 step_traffic, zero_states, zero_traffic)
+from trainmath.memory.recipes import bytes_per_param, training_state
+from trainmath.memory.sharding import (dim0_rows, fsdp2_dtypes, fsdp2_rank, fsdp_memory, min_ranks, step_traffic, zero_states, zero_traffic)
 from trainmath.units import GB, Bytes
 
 PSI_PAPER = 7_500_000_000  # ZeRO Figure 1: Ψ = 7.5B, N_d = 64, K = 12
@@ -165,7 +164,7 @@ def test_fsdp2_fp32_reduce_and_the_root_unit_finding_11():
 
 def test_fsdp_memory_agrees_with_the_step_peak():
     """One definition of the FSDP transient: fsdp_memory and the moment of the step's peak where
-    a layer's backward holds the previous layer's reduce-scatter input (trainmath.peak)."""
+    a layer's backward holds the previous layer's reduce-scatter input (trainmath.memory.peak)."""
     from trainmath import estimate, run
     e = estimate(run("llama-2-7b", recipe="fsdp2", dp=8, seq_len=2048))
     (moment,) = [m for m in e.peak.moments if "reduce-scatter input held" in m.when]

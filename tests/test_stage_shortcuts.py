@@ -10,12 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from trainmath import runs
-from trainmath.memory import bytes_per_param, recipe
-from trainmath.parallelism import Layout, communication, stage_params
-from trainmath.peak import _step_peak
-from trainmath.planner import plan
-from trainmath.runs import estimate, run
+from trainmath.memory import step
+from trainmath.model.presets import preset
+from trainmath.memory.recipes import bytes_per_param, recipe
+from trainmath.parallel.layout import Layout
+from trainmath.time.communication import communication
+from trainmath.parallel.placement import stage_params
+from trainmath.memory.peak import _step_peak
+from trainmath.planner.search import plan
+from trainmath.runs.estimates import estimate
+from trainmath.runs.description import run
 
 CASES = [
     dict(model="llama-3-70b", dp=16, tp=8, pp=4, zero_stage=1, seq_len=8192, global_batch=1024),
@@ -38,7 +42,7 @@ def test_the_fullest_stage_is_among_those_built(kw):
     e = estimate(r_)
     t = r_.training
     r, per = recipe(t.recipe), bytes_per_param(t.recipe, t.optimizer)
-    peaks = [_step_peak(runs._stage_inputs(r_, r, per, d, a, False)).bytes
+    peaks = [_step_peak(step._stage_inputs(r_, r, per, d, a, False)).bytes
              for d, a in zip(e.stages, e.saved)]
     top = max(range(len(peaks)), key=lambda i: (peaks[i], -i))
     assert (e.peak_stage, e.peak.bytes) == (top, peaks[top])
@@ -49,7 +53,7 @@ def test_middle_stages_send_the_same(kw):
     """The middle stages hold the same parameters and layers (the premise of computing one of
     them); every stage asked for by number; the one picked sends the most."""
     kw = dict(kw)
-    model = runs.preset(kw.pop("model"))
+    model = preset(kw.pop("model"))
     lay = Layout(kw.get("dp", 1), kw.get("tp", 1), kw.get("pp", 1), kw.get("cp", 1),
                  kw.get("v", 1), kw.get("tp", 1) > 1)
     args = dict(seq_len=kw["seq_len"], micro_batch=1, global_batch=kw["global_batch"],

@@ -160,7 +160,7 @@ def _record(doc: dict, key: str, out_path: Path, row: dict, measure) -> None:
 
 def steps(only: str | None, out_path: Path, doc: dict) -> None:
     recorded = {c["id"]: c for c in json.loads(RECORDED.read_text())["configurations"]}
-    from trainmath.measured import estimate_of
+    from trainmath.checks.measured import estimate_of
 
     todo = []
     for pattern in ([only] if only else CHOSEN):
@@ -261,9 +261,10 @@ def measure_qlora(model: str, rank: int, targets: tuple[str, ...], s: int, b: in
 
 
 def qlora(doc: dict, out_path: Path) -> None:
-    from trainmath.finetune import Adapter
-    from trainmath.models import preset
-    from trainmath.runs import estimate, run
+    from trainmath.memory.finetune import Adapter
+    from trainmath.model.presets import preset
+    from trainmath.runs.estimates import estimate
+    from trainmath.runs.description import run
 
     for model, rank, targets, s in QLORA:
         row = {"id": f"qlora/{model}/hf-sdpa/r{rank}-{'+'.join(targets)}/s{s}-b1", "model": model,

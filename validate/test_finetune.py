@@ -2,7 +2,7 @@
 
 The trainable count is peft's own (``get_peft_model(...).get_nb_trainable_parameters()``) for
 Hugging Face's ``LlamaForCausalLM`` built on the meta device (no memory, no weights), for
-several ranks and target sets; trainmath.finetune.lora_params must equal it. The memory of
+several ranks and target sets; trainmath.memory.finetune.lora_params must equal it. The memory of
 LoRA at full size is in docs/_data/measurements.json (kind "finetune", validate/measure/
 finetune.py), re-measured by test_measurements.py and compared with the library by
 tests/test_measured.py.
@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from trainmath.finetune import lora_params  # noqa: E402
-from trainmath.models import preset  # noqa: E402
+from trainmath.memory.finetune import lora_params  # noqa: E402
+from trainmath.model.presets import preset  # noqa: E402
 from validate.measure.finetune import measure_lora, trainable_on_meta  # noqa: E402
 
 CASES = [
@@ -37,7 +37,7 @@ def test_trainable_count_equals_peft(model, rank, targets):
 
 
 def test_peft_counts_the_frozen_model_unchanged():
-    from trainmath.models import param_count
+    from trainmath.model.shape import param_count
     trainable, total = trainable_on_meta("llama-2-7b", 8, ("q", "v"))
     assert total - trainable == param_count(preset("llama-2-7b")) == 6_738_415_616
 
@@ -75,7 +75,7 @@ def _stored_bytes(weight, double_quant: bool) -> int:
 def test_nf4_storage_equals_bitsandbytes(rows, cols, double_quant):
     pytest.importorskip("bitsandbytes")
     from fractions import Fraction
-    from trainmath.finetune import nf4_bits_per_param, nf4_tensor_bytes
+    from trainmath.memory.finetune import nf4_bits_per_param, nf4_tensor_bytes
 
     weight = torch.randn(rows, cols, dtype=torch.bfloat16)
     stored = _stored_bytes(weight, double_quant)

@@ -1,4 +1,4 @@
-"""trainmath.hfconfig against Hugging Face transformers: each published config.json of
+"""trainmath.model.hfconfig against Hugging Face transformers: each published config.json of
 tests/data/hf-configs/ built with ``AutoModelForCausalLM.from_config`` on the meta device (no
 memory), its parameters counted by PyTorch. A second source beside the published totals that
 tests/test_hfconfig.py asserts: the count and every parameter tensor's size must match."""
@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trainmath.hfconfig import load_config  # noqa: E402
-from trainmath.models import param_count, param_shapes  # noqa: E402
+from trainmath.model.hfconfig import load_config  # noqa: E402
+from trainmath.model.shape import param_count, param_shapes  # noqa: E402
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "tests" / "data" / "hf-configs").glob("*.json"))
 

@@ -255,9 +255,9 @@ def test_gpt_layer_saves_korthikanti_eq1_plus_norm_statistics(recorded):
 
 def test_reference_model_runs_the_kernels_trainmath_activations_counts(recorded):
     """The reference model is the library's kernel set: its layers save exactly what
-    trainmath.activations.layer_activations lists, tensor by tensor (fp32 norm statistics)."""
-    from trainmath.activations import layer_activations
-    from trainmath.models import shape as tm_shape
+    trainmath.memory.activations.layer_activations lists, tensor by tensor (fp32 norm statistics)."""
+    from trainmath.memory.activations import layer_activations
+    from trainmath.model.shape import shape as tm_shape
 
     for c in recorded["configurations"]:
         if c["kind"] != "saved" or not c["implementation"].startswith("reference") \

@@ -1,5 +1,5 @@
 """Measured truth for a mixture-of-experts layer: what Hugging Face's ``MixtralForCausalLM``
-saves for backward, against :mod:`trainmath.activations` with the ``hf-sdpa`` kernels.
+saves for backward, against :mod:`trainmath.memory.activations` with the ``hf-sdpa`` kernels.
 
 Mixtral's MoE block routes data-dependently: ``MixtralExperts.forward`` loops over the experts
 that ``nonzero`` finds hit and gathers each one's tokens with ``torch.where``, shapes that a
@@ -18,8 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainmath.activations import layer_activations, stage_activations  # noqa: E402
-from trainmath.models import shape as model_shape  # noqa: E402
+from trainmath.memory.activations import layer_activations
+from trainmath.memory.stages import stage_activations  # noqa: E402
+from trainmath.model.shape import shape as model_shape  # noqa: E402
 from validate.measure.saved import measure_saved  # noqa: E402
 
 # Mixtral-8x7B's structure (8 experts, top 2, GQA 4:1, untied) at widths a CPU runs in seconds.

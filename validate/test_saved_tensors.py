@@ -1,4 +1,4 @@
-"""Measured truth for trainmath.activations: the bytes PyTorch saves for backward, on the CPU.
+"""Measured truth for trainmath.memory.activations: the bytes PyTorch saves for backward, on the CPU.
 
 Each test builds a layer from plain PyTorch ops, runs its forward pass under
 ``torch.autograd.graph.saved_tensors_hooks`` and adds up every storage saved for backward,
@@ -33,8 +33,10 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from trainmath.activations import input_activations, layer_activations, output_activations  # noqa: E402
-from trainmath.models import gpt_shape, shape  # noqa: E402
+from trainmath.memory.embedding_and_loss import input_activations, output_activations
+from trainmath.memory.activations import layer_activations  # noqa: E402
+from trainmath.model.presets import gpt_shape
+from trainmath.model.shape import shape  # noqa: E402
 from validate.measure.models import FusedRMSNorm  # noqa: E402
 
 BYTES = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}

@@ -1,8 +1,8 @@
 """The calculator page: a form made from the command's parser, run in the browser by Pyodide.
 
 - The ``{calculator}`` directive writes one form per subcommand of ``trainmath``
-  (:func:`trainmath.calculator.forms`: groups, choices, help and defaults from
-  :func:`trainmath.cli.build_parser`), a tab each when there are several, so a flag or a
+  (:func:`trainmath.cli.calculator.forms`: groups, choices, help and defaults from
+  :func:`trainmath.cli.command.build_parser`), a tab each when there are several, so a flag or a
   subcommand added to the parser appears on the page with no change here. Its options, one per
   subcommand (``:estimate: --model llama-3-8b ...``), give the forms' initial values, checked by
   the parser at build time.
@@ -172,7 +172,7 @@ def form_html(form, values: dict[str, str], hidden: bool) -> str:
 def calculator_html(examples: list[str], parser=None) -> str:
     """The page's markup: a tab per subcommand of ``parser`` (default: the command's), each
     form filled with its example's values."""
-    from trainmath.calculator import form_values, forms
+    from trainmath.cli.calculator import form_values, forms
 
     initial = {}
     for line in examples:
@@ -202,7 +202,7 @@ def calculator_html(examples: list[str], parser=None) -> str:
 
 
 def _commands() -> list[str]:
-    from trainmath.calculator import forms
+    from trainmath.cli.calculator import forms
 
     return [f.command for f in forms()]
 

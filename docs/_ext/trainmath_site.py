@@ -3,7 +3,7 @@
 - myst-nb's "Show code cell source" toggle is a ``<summary aria-label="Toggle hidden content">``:
   a name that is not its visible text (axe: label-content-name-mismatch). It is written here
   without the aria-label, so its name is what it shows.
-- The figures' colours in both themes (``trainmath.plots.theme_css``) go into ``figures.css``,
+- The figures' colours in both themes (``trainmath.report.plots.theme_css``) go into ``figures.css``,
   so the palette has one definition, in the library.
 - Each page loads only the stylesheets and scripts its content uses: myst-nb's (44 KB) where
   there are notebook cells, sphinx-design's (55 KB) where there are dropdowns, tabs or cards, the
@@ -42,7 +42,7 @@ def depart_hide_cell(self, node) -> None:
 def write_figure_css(app) -> None:
     if app.builder.format != "html":
         return
-    from trainmath.plots import theme_css
+    from trainmath.report.plots import theme_css
 
     static = Path(app.outdir) / "_static"
     static.mkdir(parents=True, exist_ok=True)

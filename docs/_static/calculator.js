@@ -1,5 +1,5 @@
 // The calculator page (docs/calculator.md): moves the form's values into the trainmath command,
-// run by Pyodide in this page, and its results out. No arithmetic here: trainmath.calculator
+// run by Pyodide in this page, and its results out. No arithmetic here: trainmath.cli.calculator
 // (Python) builds the command line, runs `trainmath <command> --json` and draws the result.
 const root = document.getElementById("tm-calculator");
 
@@ -8,7 +8,7 @@ if (root) {
   const progress = statusBox.querySelector("progress");
   const statusText = statusBox.querySelector(".tm-calc-status-text");
   const panels = [...root.querySelectorAll(".tm-calc-panel")];
-  let calc = null;  // trainmath.calculator.calculate, once Python is up
+  let calc = null;  // trainmath.cli.calculator.calculate, once Python is up
   // milliseconds since navigation: Python up, trainmath imported, first result; the last run's
   const timings = { python: null, library: null, first: null, last: null };
   root.tmTimings = timings;
@@ -165,7 +165,7 @@ if (root) {
     if (!wheel.ok) throw new Error(`the trainmath wheel: HTTP ${wheel.status}`);
     py.unpackArchive(await wheel.arrayBuffer(), "wheel");
     step(3, "Starting trainmath…");
-    const module = py.pyimport("trainmath.calculator");
+    const module = py.pyimport("trainmath.cli.calculator");
     module.working_directory("/home/pyodide/calculator");
     calc = module.calculate;
     timings.library = performance.now();

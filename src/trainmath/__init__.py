@@ -1,28 +1,32 @@
 """trainmath: the arithmetic of large-model training, checked.
 
-One module per topic, pure functions over small frozen dataclasses:
+The library is built in layers, each a folder, each layer using only those before it:
 
-- :mod:`trainmath.units`: byte quantities that know GB (10^9) from GiB (2^30);
-- :mod:`trainmath.memory`: bytes per parameter of training state by recipe, and totals;
-- :mod:`trainmath.models`: transformer shapes and their parameter counts;
-- :mod:`trainmath.activations`: the bytes a layer saves for backward, tensor by tensor;
-- :mod:`trainmath.precision`: floating-point formats, rounding and loss scaling (needs the
-  ``precision`` extra: numpy and ml_dtypes);
-- :mod:`trainmath.collectives`: the bytes ring collectives send per rank;
-- :mod:`trainmath.sharding`: ZeRO stages, FSDP strategies, their traffic and FSDP2's bytes;
-- :mod:`trainmath.parallelism`: dp × tp × pp × cp layouts: per-device memory, traffic, bubble;
-- :mod:`trainmath.runs`: one run's memory per device, the entry point the command uses;
-- :mod:`trainmath.peak`: the peak of a training step, when each kind of memory is alive;
-- :mod:`trainmath.finetune`: LoRA and QLoRA: trainable parameters, the frozen base, activations;
-- :mod:`trainmath.measured`: the predictions for the configurations measured in PyTorch;
-- :mod:`trainmath.compute`: training FLOPs, GPU peaks, MFU/HFU and time to train;
-- :mod:`trainmath.cli`: the ``trainmath`` command.
+- foundations: :mod:`trainmath.units` (bytes that know GB from GiB), :mod:`trainmath.hardware`
+  (GPUs: peaks, memory, nodes and links), :mod:`trainmath.precision` (floating-point formats,
+  rounding and loss scaling; the ``precision`` extra);
+- :mod:`trainmath.model`: transformer shapes, presets, config.json, mixtures of experts;
+- :mod:`trainmath.parallel`: the layout dp × tp × pp × cp and its rules, what each pipeline
+  stage holds, the pipeline schedules;
+- :mod:`trainmath.memory.recipes`: bytes per parameter, saved activations, ZeRO/FSDP, LoRA, the peak;
+- :mod:`trainmath.time`: FLOPs, MFU, collectives, the step-time model;
+- :mod:`trainmath.runs.estimates`: one run, checked once, and its estimate;
+- :mod:`trainmath.planner.search`: every layout that fits, ranked by step time;
+- :mod:`trainmath.checks`: the predictions held against PyTorch measurements;
+- :mod:`trainmath.report`: text, JSON, HTML, each figure's arithmetic, the site's figures;
+- :mod:`trainmath.cli.command`: the ``trainmath`` command and the calculator page.
+
+The names below are the ones pages, tools and scripts use most.
 """
 
-from .activations import activation_bytes, layer_activation_bytes, layer_activations, stage_activations
-from .runs import Estimate, Run, estimate, run
-from .memory import bytes_per_param, training_state
-from .models import param_count, preset
+from .memory.activations import activation_bytes, layer_activation_bytes, layer_activations
+from .memory.recipes import bytes_per_param, training_state
+from .memory.stages import stage_activations
+from .model.presets import preset
+from .model.shape import param_count
+from .planner.search import plan
+from .runs.description import Run, run
+from .runs.estimates import Estimate, estimate
 from .units import GB, Bytes, GiB, parse_bytes
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "layer_activations",
     "param_count",
     "parse_bytes",
+    "plan",
     "preset",
     "run",
     "stage_activations",

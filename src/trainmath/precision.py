@@ -30,7 +30,7 @@ except ImportError as exc:  # the one module with dependencies: the `precision` 
         "install them with: pip install 'trainmath[precision]'"
     ) from exc
 
-from .activations import KORTHIKANTI_LAYER, SavedTensor
+from .memory.activations import KORTHIKANTI_LAYER, SavedTensor
 from .units import choice, positive_int
 
 #: How a format spends its all-ones exponent field.

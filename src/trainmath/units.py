@@ -3,7 +3,7 @@
 Decimal prefixes follow SI (BIPM, *The International System of Units*, 9th ed., Table 7);
 binary prefixes follow IEC 80000-13:2008. Mixing the two is a 7.4% error at the GB/GiB scale,
 and GPU memory mixes them: the "80GB" on an H100's box is 80 GiB of HBM, and ``nvidia-smi``
-prints MiB (:class:`trainmath.compute.GpuMemory`).
+prints MiB (:class:`trainmath.hardware.GpuMemory`).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ BAD = [
 def file_flags(sub: str = "estimate") -> dict[str, str]:
     """The options whose value is a file (a text area on the page): flag -> the name the page
     writes the pasted text to (``--config`` -> ``config.json``)."""
-    from trainmath.calculator import file_name, forms
+    from trainmath.cli.calculator import file_name, forms
 
     (form,) = [f for f in forms() if f.command == sub]
     return {flag: file_name(f) for g in form.groups for f in g.fields if f.kind == "file"
@@ -136,7 +136,7 @@ def fill(driver, args: list[str], sub: str = "estimate") -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    from trainmath.calculator import form_values
+    from trainmath.cli.calculator import form_values
 
     tab = driver.find_elements(By.ID, f"tm-calc-tab-{sub}")
     if tab and tab[0].get_attribute("aria-selected") != "true":

@@ -32,7 +32,7 @@ integers, bytes (not GB):
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
                       kv_heads, ffn, vocab, mlp, norm, bias, tied_embeddings, positions,
                       dropout, dropout_p, norm_eps, rope_theta, sliding_window, family,
-                      source), enough for trainmath.models.shape() without torch
+                      source), enough for trainmath.model.shape.shape() without torch
       implementation  reference-sdpa | reference-eager | hf-sdpa | hf-eager
       s, b            sequence length and micro-batch size
       dtype           {parameters, compute}: "bf16", "fp16" or "fp32"

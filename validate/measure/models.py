@@ -1,7 +1,7 @@
 """The models measured: a reference transformer with the library's kernels, and Hugging Face's.
 
 **The reference model** (:class:`Reference`) is written here in plain PyTorch to run exactly the
-kernel set that ``trainmath.activations`` documents tensor by tensor, i.e. what Megatron-LM with
+kernel set that ``trainmath.memory.activations`` documents tensor by tensor, i.e. what Megatron-LM with
 Transformer Engine keeps on a GPU:
 
 - norms are fused kernels (autograd Functions here) that save only their 16-bit input and fp32

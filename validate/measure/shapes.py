@@ -1,6 +1,6 @@
 """The model shapes measured: every hyperparameter, as plain data (no torch needed to read them).
 
-The keys match the fields of ``trainmath.models.ModelShape`` (layers, hidden, heads, kv_heads,
+The keys match the fields of ``trainmath.model.shape.ModelShape`` (layers, hidden, heads, kv_heads,
 ffn, vocab, mlp, norm, bias, tied_embeddings, positions, dropout) so the library can rebuild each
 shape and recompute its prediction; ``norm_eps``, ``rope_theta`` and ``sliding_window`` are the
 extra settings the Hugging Face configs need (they change no byte count at these lengths), and
@@ -69,7 +69,7 @@ def for_length(name: str, s: int) -> dict:
 
 
 def param_count(shape: dict) -> int:
-    """Parameters counted from the matrices (the same arithmetic as trainmath.models)."""
+    """Parameters counted from the matrices (the same arithmetic as trainmath.model.shape)."""
     h, kv, f = shape["hidden"], shape["kv_heads"] * shape["hidden"] // shape["heads"], shape["ffn"]
     attention = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if shape["bias"] else 0)
     if shape["mlp"] == "gelu":

@@ -1,0 +1,1 @@
+"""The library against reality: its prediction for every configuration measured in PyTorch."""

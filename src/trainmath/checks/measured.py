@@ -1,0 +1,205 @@
+"""The library's prediction for every configuration measured in real PyTorch, side by side.
+
+``docs/_data/measurements.json`` records what real training code keeps at full size (PyTorch
+under ``FakeTensorMode``, Hugging Face transformers; ``validate/measure``, whose module
+docstring is the file's schema): bytes saved for backward per layer and per model, model states
+after an AdamW step, and the peak of a whole step. This module maps each configuration to the
+library's vocabulary (:data:`MEASURED_IMPLEMENTATIONS`, :data:`MEASURED_RECIPES`,
+:data:`MEASURED_PRECISIONS`), predicts it through the one entry point
+(:func:`trainmath.runs.estimates.estimate`) and compares, quantity by quantity (:func:`compare`):
+
+- model states to the byte (:data:`TOLERANCES`), each kind, and Adam's per-tensor step
+  counters, which the measurement reports apart;
+- activations within 1%, one layer and the whole model;
+- the peak of a step within 2%, and its phase.
+
+``make test`` runs :func:`compare` on every recorded configuration (tests/test_measured.py),
+so a library change that stops agreeing with PyTorch fails even where torch is not installed;
+the "How we know" page prints the same comparisons. The file is data, read by the caller: this
+module does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..memory.finetune import Adapter
+from ..memory.sharding import fsdp2_rank
+from ..model.shape import ModelShape, param_shapes
+from ..runs.description import run
+from ..runs.estimates import Estimate, estimate
+from ..units import Bytes
+
+
+#: The implementations measured, by the library's profile that models each
+#: (:data:`trainmath.memory.kernels.IMPLEMENTATIONS`): validate/measure's reference model runs the
+#: Megatron-style kernels the library documents.
+MEASURED_IMPLEMENTATIONS = {
+    "reference-sdpa": "megatron-te",
+    "reference-eager": "megatron-eager",
+    "hf-sdpa": "hf-sdpa",
+    "hf-eager": "hf-eager",
+}
+#: The step recipes measured, by the library's recipe (:data:`trainmath.memory.recipes.RECIPES`).
+MEASURED_RECIPES = {
+    "zero-bf16": "bf16-mixed",
+    "zero-fp16": "fp16-mixed",
+    "megatron-bf16": "megatron",
+    "bf16-master-naive": "bf16-master",
+    "bf16-master-free-grads": "bf16-master-free",
+    "autocast-fp32": "amp",
+    "fsdp2-bf16": "fsdp2",
+}
+#: The precisions of the saved-tensor measurements, by the recipe whose activations they are:
+#: bf16 parameters, or fp32 parameters under ``torch.autocast``.
+MEASURED_PRECISIONS = {"bf16": "bf16-mixed", "autocast-bf16": "amp"}
+#: Relative tolerance of each kind of quantity: states to the byte, activations 1%, peaks 2%.
+TOLERANCES = {"states": Fraction(0), "activations": Fraction(1, 100), "peak": Fraction(2, 100)}
+
+_SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "norm", "bias",
+               "tied_embeddings", "positions", "dropout")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measured quantity of one configuration beside the library's prediction."""
+
+    config: str
+    #: "states", "activations" or "peak" (which tolerance applies)
+    kind: str
+    #: what is compared, e.g. "gradients", "one layer", "whole model", "peak"
+    quantity: str
+    measured: int
+    predicted: int
+    #: the measured phase and the predicted one, for a peak
+    phases: tuple[str, str] | None = None
+
+    @property
+    def ratio(self) -> Fraction | None:
+        """measured / predicted (None when both are zero)."""
+        if self.predicted == 0:
+            return None if self.measured == 0 else Fraction(self.measured)
+        return Fraction(self.measured, self.predicted)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the prediction is within the kind's tolerance of the measurement."""
+        if self.predicted == self.measured:
+            return True
+        return abs(self.measured - self.predicted) <= TOLERANCES[self.kind] * abs(self.measured)
+
+    def describe(self) -> str:
+        """One line: the configuration, the quantity, the measured and the predicted bytes."""
+        ratio = "n/a" if self.ratio is None else f"{float(self.ratio):.4f}"
+        return (f"{self.config}: {self.quantity}: measured {self.measured:,} bytes, predicted "
+                f"{self.predicted:,} (ratio {ratio}, tolerance "
+                f"{float(TOLERANCES[self.kind]):.0%})")
+
+
+def shape_of(config: dict) -> ModelShape:
+    """The :class:`~trainmath.model.shape.ModelShape` a configuration measured (its ``shape``)."""
+    s = config["shape"]
+    return ModelShape(name=s["name"], source=s.get("source", ""),
+                      sliding_window=s.get("sliding_window") or 0,
+                      experts=s.get("experts", 0), experts_per_token=s.get("experts_per_token", 0),
+                      **{k: s[k] for k in _SHAPE_KEYS})
+
+
+def estimate_of(config: dict) -> Estimate:
+    """The library's estimate of one configuration, through :func:`trainmath.runs.estimates.estimate`."""
+    kw = dict(seq_len=config["s"], micro_batch=config["b"], optimizer="adamw",
+              implementation=MEASURED_IMPLEMENTATIONS[config["implementation"]])
+    if config["kind"] == "finetune":
+        return estimate(run(shape_of(config), adapter=adapter_of(config), recipe="fp32",
+                            optimizer_impl="foreach" if config["optimizer"]["foreach"] else "for-loop",
+                            **kw))
+    if config["kind"] == "saved":
+        return estimate(run(shape_of(config), recipe=MEASURED_PRECISIONS[config["precision"]],
+                            **kw))
+    impl = "foreach" if config["optimizer"]["foreach"] else "for-loop"
+    return estimate(run(shape_of(config), recipe=MEASURED_RECIPES[config["recipe"]],
+                        dp=config["dp"], optimizer_impl=impl, **kw))
+
+
+def adapter_of(config: dict) -> Adapter:
+    """The :class:`~trainmath.memory.finetune.Adapter` a "finetune" configuration measured (peft's
+    LoRA with fp32 adapters: the recipe "fp32")."""
+    a = config["adapter"]
+    return Adapter(a["method"], a["r"], tuple(a["targets"]), a["dropout"])
+
+
+def _whole(b: Bytes) -> int:
+    return -(-b.n // 1) if isinstance(b.n, Fraction) else int(b.n)
+
+
+def compare(config: dict) -> list[Comparison]:
+    """Every quantity of one recorded configuration beside the library's prediction."""
+    e = estimate_of(config)
+    cid, m = config["id"], config["measured"]
+    if config["kind"] == "saved":
+        layer = m["per_layer"][m["layer_shown"]]
+        return [
+            Comparison(cid, "activations", "one layer", layer, _whole(e.layer.total)),
+            Comparison(cid, "activations", "whole model", m["total"], _whole(e.activations)),
+            Comparison(cid, "activations", "of which weight copies", m["weight_copies"],
+                       _whole(e.weight_copies)),
+        ]
+    if config["kind"] == "finetune":
+        return _compare_finetune(config, e)
+    st = m["states"]
+    d = e.device
+    shape = shape_of(config)
+    counters = 4 * param_shapes(shape).tensors
+    predicted = {"parameters": d.weights, "gradients": d.gradients,
+                 "master_weights": d.master_weights, "optimizer_states": d.optimizer_states}
+    if config["dp"] > 1 and config["rank"] != 0:  # another rank than the estimate's rank 0
+        rank = fsdp2_rank(param_shapes(shape).units(), config["dp"], config["rank"], "fsdp2",
+                          "adamw")
+        predicted = {"parameters": rank.parameters, "gradients": rank.gradients,
+                     "master_weights": Bytes(0),
+                     "optimizer_states": rank.optimizer_states - Bytes(counters)}
+    out = [Comparison(cid, "states", kind.replace("_", " "), st[kind], _whole(b))
+           for kind, b in predicted.items()]
+    out.append(Comparison(cid, "states", "total", st["total"],
+                          sum(_whole(b) for b in predicted.values())))
+    out.append(Comparison(cid, "states", "step counters", st["step_counters"]["bytes"], counters))
+    p = m["peak"]
+    out.append(Comparison(cid, "peak", "peak", p["bytes"], _whole(e.peak.bytes),
+                          (p["phase"], e.peak.phase)))
+    return out
+
+
+def _compare_finetune(config: dict, e: Estimate) -> list[Comparison]:
+    """LoRA: peft's trainable count, the states (frozen and trainable), what is saved for
+    backward (one layer, the whole model) and the peak."""
+    from ..memory.finetune import _adapter_states
+    from ..memory.recipes import recipe
+    cid, m = config["id"], config["measured"]
+    states = _adapter_states(e.run.shape, e.run.adapter, recipe(e.training.recipe),
+                             e.training.optimizer)
+    st, d, saved = m["states"], e.device, m["saved"]
+    layer = saved["per_layer"][saved["layer_shown"]]
+    counters = 4 * states.trainable_tensors
+    out = [Comparison(cid, "states", "trainable parameters (count)", m["trainable_count"],
+                      states.trainable),
+           Comparison(cid, "states", "frozen parameters", st["frozen_parameters"],
+                      _whole(states.frozen_weights)),
+           Comparison(cid, "states", "trainable parameters", st["trainable_parameters"],
+                      _whole(states.adapter_weights))]
+    for kind, b in (("parameters", d.weights), ("gradients", d.gradients),
+                    ("master_weights", d.master_weights), ("optimizer_states", d.optimizer_states)):
+        out.append(Comparison(cid, "states", kind.replace("_", " "), st[kind], _whole(b)))
+    out.append(Comparison(cid, "states", "total", st["total"], _whole(d.model_states)))
+    out.append(Comparison(cid, "states", "step counters", st["step_counters"]["bytes"], counters))
+    out.append(Comparison(cid, "activations", "one layer", layer, _whole(e.layer.total)))
+    out.append(Comparison(cid, "activations", "whole model", saved["total"], _whole(e.activations)))
+    p = m["peak"]
+    out.append(Comparison(cid, "peak", "peak", p["bytes"], _whole(e.peak.bytes),
+                          (p["phase"], e.peak.phase)))
+    return out
+
+
+def compare_all(doc: dict) -> list[Comparison]:
+    """:func:`compare` for every configuration of a measurements document, in its order."""
+    return [c for config in doc["configurations"] for c in compare(config)]

@@ -1,0 +1,474 @@
+"""Activation memory: the tensors a transformer layer saves for its backward pass.
+
+Korthikanti et al. 2022, *Reducing Activation Recomputation in Large Transformer Models*, §4.1,
+eq. 1: with 16-bit activations and 1-byte dropout masks, one GPT-style layer (multi-head
+attention that materialises the s×s scores, a GeLU MLP of width 4h, two LayerNorms, dropout)
+saves
+
+    sbh(34 + 5as/h)  bytes
+
+for sequence length s, micro-batch b, hidden size h and a heads. :data:`KORTHIKANTI_LAYER` lists
+the tensors behind the 34 and the 5, as §4.1 derives them; :func:`layer_activation_bytes` is eq. 1.
+
+:func:`layer_activations` derives the same count tensor by tensor for any shape of
+:mod:`trainmath.model.shape` (GeLU or SwiGLU, MHA or GQA, LayerNorm or RMSNorm, dropout or not,
+eager or FlashAttention) with tensor, sequence and context parallelism and selective or full
+recomputation; for GPT shapes it reproduces every row of Korthikanti et al.'s Table 2, and
+validate/test_saved_tensors.py checks it byte for byte against what PyTorch saves.
+:func:`~trainmath.memory.stages.stage_activations` adds the pipeline schedule (§4.2.3) and the embedding and output
+layer (§4.3).
+
+Parallel sizes are named as :class:`trainmath.parallel.layout.Layout` names them: ``tp``, ``cp``,
+``pp`` and ``v`` (model chunks per pipeline device); the papers write t and p. Each public
+function checks its inputs and calls an unchecked core (``_layer``, ``_input``, ``_output``,
+``_in_flight``, ``_stage``), which :func:`trainmath.runs.estimates.estimate` calls directly once
+:class:`trainmath.runs.description.Run` has checked everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property, lru_cache
+
+from .kernels import (FP32_BYTES, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES, _kernels,
+                      context_parallel_problems, kernel_problems)
+from ..model.shape import ModelShape
+from ..parallel.layout import Layout, sequence_problems, tensor_split_problems
+from ..problems import check
+from ..units import Bytes, choice, positive_int
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor saved for backward: ``sbh`` bytes per s·b·h, ``as2b`` bytes per a·s²·b.
+
+    ``autocast_fp32`` marks a tensor that PyTorch's autocast keeps in fp32 where a Megatron-style
+    half-precision model keeps it in 16 bits: the output of an op on autocast's CUDA float32
+    list (softmax), or the residual stream of a model whose parameters stay fp32 under autocast
+    (what the LayerNorms take in). See :func:`trainmath.precision.activation_coefficients`.
+    """
+
+    block: str
+    name: str
+    sbh: int = 0
+    as2b: int = 0
+    autocast_fp32: bool = False
+
+
+#: The tensors of one layer, Korthikanti et al. 2022, §4.1 (16-bit values, 1-byte masks).
+#:
+#: :meta hide-value:
+KORTHIKANTI_LAYER: tuple[SavedTensor, ...] = (
+    SavedTensor("attention", "input to the Q, K, V projections", sbh=2),
+    SavedTensor("attention", "Q and K, inputs to QKᵀ", sbh=4),
+    SavedTensor("attention", "softmax output", as2b=2, autocast_fp32=True),
+    SavedTensor("attention", "softmax dropout mask", as2b=1),
+    SavedTensor("attention", "dropout output, input to attention over V", as2b=2),
+    SavedTensor("attention", "V, input to attention over V", sbh=2),
+    SavedTensor("attention", "input to the output projection", sbh=2),
+    SavedTensor("attention", "attention dropout mask", sbh=1),
+    SavedTensor("MLP", "input to the first linear layer", sbh=2),
+    SavedTensor("MLP", "input to GeLU (width 4h)", sbh=8),
+    SavedTensor("MLP", "input to the second linear layer (width 4h)", sbh=8),
+    SavedTensor("MLP", "MLP dropout mask", sbh=1),
+    SavedTensor("LayerNorm", "input to the first LayerNorm", sbh=2, autocast_fp32=True),
+    SavedTensor("LayerNorm", "input to the second LayerNorm", sbh=2, autocast_fp32=True),
+)
+
+#: The 34 of eq. 1: bytes per s·b·h summed over the tensors above.
+SBH_COEFFICIENT = sum(t.sbh for t in KORTHIKANTI_LAYER)
+#: The 5 of eq. 1: bytes per a·s²·b (the attention scores, their dropout mask and output).
+AS2B_COEFFICIENT = sum(t.as2b for t in KORTHIKANTI_LAYER)
+
+
+def block_coefficients(block: str) -> tuple[int, int]:
+    """(bytes per sbh, bytes per as²b) of one block: "attention", "MLP" or "LayerNorm".
+
+    Korthikanti et al. 2022, §4.1, block by block (:data:`KORTHIKANTI_LAYER`).
+    """
+    tensors = [t for t in KORTHIKANTI_LAYER if t.block == block]
+    if not tensors:
+        blocks = sorted({t.block for t in KORTHIKANTI_LAYER})
+        raise ValueError(f"unknown block {block!r}; accepted: {', '.join(blocks)}")
+    return sum(t.sbh for t in tensors), sum(t.as2b for t in tensors)
+
+
+def layer_activation_bytes(s: int, b: int, h: int, a: int) -> Bytes:
+    """Bytes one GPT-style layer saves for backward: sbh(34 + 5as/h).
+
+    Korthikanti et al. 2022, §4.1, eq. 1.
+
+    >>> layer_activation_bytes(s=2048, b=1, h=4096, a=32).n
+    956301312
+    """
+    s = positive_int("s (sequence length)", s)
+    b = positive_int("b (micro-batch size)", b)
+    h = positive_int("h (hidden size)", h)
+    a = positive_int("a (attention heads)", a)
+    return Bytes(SBH_COEFFICIENT * s * b * h + AS2B_COEFFICIENT * a * s * s * b)
+
+
+def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
+    """Korthikanti et al. 2022's eq. 1 (§4.1) times the layers, for ``model``'s h, a and L.
+
+    Eq. 1 counts a GPT-style layer; for other architectures (SwiGLU, GQA, no dropout,
+    FlashAttention) it is an estimate, not a count: :func:`layer_activations` counts them.
+    """
+    return layer_activation_bytes(s, b, model.hidden, model.heads) * model.layers
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor (one storage) saved for backward, with its bytes on one device.
+
+    ``statistic`` marks the norms' per-token statistics (LayerNorm's mean and 1/σ, RMSNorm's
+    1/rms): Korthikanti et al. 2022 §4.1 leave such small buffers out of their count.
+    ``weight_copy`` marks the 16-bit copy of a weight that ``torch.autocast`` makes for a
+    matrix multiply and saves for its backward: memory of the step, not an activation.
+    """
+
+    block: str
+    name: str
+    bytes: Bytes
+    statistic: bool = False
+    weight_copy: bool = False
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """The tensors one layer saves for backward on one device, for one micro-batch."""
+
+    tensors: tuple[Saved, ...]
+
+    @cached_property  # computed once: an estimate asks for it for every pipeline stage
+    def total(self) -> Bytes:
+        """Every saved tensor: what ``saved_tensors_hooks`` counts (validate/test_saved_tensors.py)."""
+        return sum((t.bytes for t in self.tensors), Bytes(0))
+
+    @property
+    def korthikanti(self) -> Bytes:
+        """The count as Korthikanti et al. 2022 make it: without the norms' statistics (and
+        without autocast's weight copies, which are not activations)."""
+        return sum((t.bytes for t in self.tensors if not (t.statistic or t.weight_copy)), Bytes(0))
+
+    @property
+    def statistics(self) -> Bytes:
+        """The norms' per-token statistics alone."""
+        return sum((t.bytes for t in self.tensors if t.statistic), Bytes(0))
+
+    @property
+    def weight_copies(self) -> Bytes:
+        """The 16-bit weight copies ``torch.autocast`` saves (zero without autocast)."""
+        return sum((t.bytes for t in self.tensors if t.weight_copy), Bytes(0))
+
+    def by_block(self) -> dict[str, Bytes]:
+        """Bytes per block ("norms", "attention", "MLP", ...), statistics included."""
+        blocks: dict[str, Bytes] = {}
+        for t in self.tensors:
+            blocks[t.block] = blocks.get(t.block, Bytes(0)) + t.bytes
+        return blocks
+
+
+def layer_activations(
+    model: ModelShape,
+    s: int,
+    b: int,
+    *,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    cp: int = 1,
+    recompute: str = "none",
+    attention: str | None = None,
+    value_bytes: int = 2,
+    mask_bytes: int = MASK_BYTES,
+    stat_bytes: int = STAT_BYTES,
+    mlp_kernel: str = "eager",
+    implementation: str | None = None,
+    autocast: bool = False,
+) -> LayerActivations:
+    """The tensors one layer of ``model`` saves for backward, on one device.
+
+    Derived from what each operation keeps for its gradient (Korthikanti et al. 2022, §4.1,
+    generalised to any shape of :mod:`trainmath.model.shape`), for sequence length ``s`` and
+    micro-batch ``b``, with ``value_bytes`` per activation (2: bf16/fp16), ``mask_bytes`` per
+    dropout-mask entry (1: a bool mask) and ``stat_bytes`` per norm statistic (4: fp32, as
+    the CUDA LayerNorm/RMSNorm kernels keep them). ``implementation`` names a profile of
+    :data:`~trainmath.memory.kernels.IMPLEMENTATIONS` (its kernels and its attention); without one, the Megatron-style
+    kernels with ``attention`` ("eager" unless given).
+
+    - **norms** save their input and per-token statistics; their output is the saved input of
+      the next projections (one storage, counted once).
+    - **attention**, ``attention="eager"``: Q, K and V (K and V repeated to all a heads first,
+      as Megatron-LM and Hugging Face do for grouped-query attention), the softmax output
+      (a·s² per sequence) and, with dropout, its mask and the dropped-out probabilities.
+      ``attention="flash"`` (Dao et al. 2022, §3.1; Dao 2023, FlashAttention-2, which PyTorch's
+      kernels follow): Q, K and V at their own widths (kv_heads heads for K and V), the output
+      O and one fp32 log-sum-exp per head and token; no s×s tensor. With dropout the kernel keeps only its RNG seed and offset,
+      which are not counted. The output projection's input is O (or, eager, the re-laid-out
+      context), counted once.
+    - **MLP**: GeLU saves its input and the second projection's input (2 × ffn wide). SwiGLU
+      in eager PyTorch (``mlp_kernel="eager"``, what validate/test_saved_tensors.py measures)
+      saves the gate and up outputs, the SiLU output and their product (4 × ffn wide); a fused
+      SwiGLU (``mlp_kernel="fused"``, Megatron-LM, Transformer Engine) saves the gate-and-up
+      output and the down projection's input (3 × ffn wide), see :data:`~trainmath.memory.kernels.MLP_KERNELS`.
+    - dropout after attention and after the MLP saves a mask of ``mask_bytes`` per value.
+
+    **Hugging Face's kernels** (family "hf": ``LlamaRMSNorm`` and ``eager_attention_forward``
+    in ``transformers/models/llama/modeling_llama.py``, ``sdpa_attention_forward`` in
+    ``transformers/integrations/sdpa_attention.py``): ``LlamaRMSNorm`` computes
+    ``hidden_states.to(torch.float32)``, which saves an fp32 copy of its input for the
+    multiply by 1/rms, then ``self.weight * hidden_states.to(input_dtype)``, which saves the
+    16-bit normalised input (besides its output, the projections' input). Eager attention runs
+    ``softmax(..., dtype=torch.float32).to(query.dtype)``: the fp32 probabilities and their
+    16-bit copy are both saved. SDPA gets no mask for causal attention (``is_causal``) and runs
+    a flash kernel with native grouped-query attention (``use_gqa_in_sdpa``: no mask); a
+    sliding window as long as the sequence or shorter is a mask it must materialise
+    (``_ignore_causal_mask_sdpa`` in ``transformers/masking_utils.py``: ``kv_length >=
+    local_attention_size``), and then K and V are repeated to all heads and PyTorch's SDPA
+    converts the boolean mask to an additive 16-bit one (``torch.where``) that its kernel saves,
+    b·s² values in every layer.
+
+    **torch.autocast** over fp32 parameters (``autocast=True``, the ``amp`` recipe): the
+    residual stream is fp32, so the norms keep fp32 inputs (4 bytes); autocast casts the input
+    of every Linear to 16 bits for that Linear alone, so the Q, K and V projections save three
+    copies of the normed input and gate and up two (one each for a fused QKV or a GeLU MLP);
+    softmax runs in fp32 (autocast's float32 list) and its 16-bit copy feeds attention over V;
+    and every Linear's 16-bit weight copy is saved for backward (``weight_copy``). These are
+    the tensors :class:`SavedTensor` marks ``autocast_fp32`` for eq. 1's layer
+    (:func:`trainmath.precision.activation_coefficients`: 38 and 7 for a GPT layer).
+
+    Parallelism (Korthikanti et al. 2022 §4.2, Table 2, where the tensor-parallel size is
+    written t): with tensor-parallel size ``tp`` the tensors inside the column/row-parallel
+    region are split tp ways; the norms, their outputs (the projections' inputs) and the
+    dropout masks are replicated unless ``sequence_parallel`` splits them along the sequence.
+    ``cp`` (context parallelism: Liu et al. 2023, Ring Attention; Megatron-Core's context
+    parallel) splits every tensor along the sequence; it is modelled with ``attention="flash"``
+    only, since ring attention never materialises the s×s scores.
+
+    Recomputation (§5, :data:`~trainmath.memory.kernels.RECOMPUTE_KINDS`): ``"selective"`` recomputes the attention core
+    and so drops the s×s tensors; ``"full"`` keeps only the layer's input (2sbh, split by tp
+    only with sequence parallelism). For a GPT-style shape with eager attention,
+    :attr:`LayerActivations.korthikanti` equals every row of Table 2 exactly
+    (tests/test_activations.py).
+    """
+    s, b, tp, cp = _check_split(s, b, tp, cp)
+    value_bytes = positive_int("value_bytes", value_bytes)
+    mask_bytes = positive_int("mask_bytes", mask_bytes)
+    stat_bytes = positive_int("stat_bytes", stat_bytes)
+    recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
+    family, attention = _kernels(implementation, attention)
+    mlp_kernel = choice("mlp_kernel", mlp_kernel, MLP_KERNELS)
+    lay = Layout(tp=tp, cp=cp, sequence_parallel=sequence_parallel)
+    problems = [*tensor_split_problems(model, tp), *sequence_problems(s, lay),
+                *context_parallel_problems(cp, attention)]
+    if implementation is not None:
+        problems += kernel_problems(model, implementation, tp=tp, cp=cp, recompute=recompute,
+                                    sequence_parallel=sequence_parallel, mlp_kernel=mlp_kernel)
+    check(problems)
+    return _layer(model, s, b, tp, bool(sequence_parallel), cp, recompute, attention,
+                  value_bytes, mask_bytes, stat_bytes, mlp_kernel, family, bool(autocast))
+
+
+def _projections(model: ModelShape, block: str) -> int:
+    """Linear layers that read one norm's output: Q, K and V (one fused matrix for GPT-style
+    shapes, :func:`trainmath.model.shape.param_shapes`), or the MLP's first one (gate and up: two)."""
+    if model.mlp == "gelu":
+        return 1
+    return 3 if block == "attention" else 2
+
+
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
+def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
+           recompute: str, attention: str, value_bytes: int, mask_bytes: int,
+           stat_bytes: int, mlp_kernel: str = "eager", family: str = "megatron",
+           autocast: bool = False) -> LayerActivations:
+    """:func:`layer_activations` on inputs already checked (by it, or by ``estimate.Run``)."""
+    h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
+    q = model.q_dim  # a · head_dim: h, unless the shape gives its head width (Gemma)
+    tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
+    split = Fraction(1, tp)  # share of a tensor-parallel-split tensor
+    rep = split if sequence_parallel else Fraction(1)  # share of a replicated tensor
+    v, m = value_bytes, mask_bytes
+    r = FP32_BYTES if autocast else v  # the residual stream: fp32 parameters under autocast
+    hf = family == "hf"
+
+    def saved(block: str, name: str, n: Fraction, statistic: bool = False) -> Saved:
+        return Saved(block, name, Bytes(n), statistic)
+
+    if recompute == "full":
+        return LayerActivations((saved("layer", "layer input (checkpoint)", r * tokens * h * rep),))
+
+    stats_per_norm = 2 if model.norm == "layernorm" else 1
+    stat_name = "mean and 1/σ" if model.norm == "layernorm" else "1/rms"
+    norm_name = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"
+    out: list[Saved] = []
+
+    def norm(which: str, block: str, reads: str) -> None:
+        """A norm's saved tensors and its output as the next projections' input(s)."""
+        width = tokens * h * rep
+        if hf:
+            kept = "the fp32 input" if autocast else "fp32 copy of the input (.to(torch.float32))"
+            out.append(saved("norms", f"{kept} of the {which} {norm_name}", FP32_BYTES * width))
+        else:
+            out.append(saved("norms", f"input to the {which} {norm_name}", r * width))
+        out.append(saved("norms", f"{stat_name} of the {which} {norm_name} (per token)",
+                         stat_bytes * stats_per_norm * tokens * rep, statistic=True))
+        if hf:  # self.weight * hidden_states.to(input_dtype) saves the normalised input
+            normed = "fp32 normalised input" if autocast else "16-bit normalised input (.to(input_dtype))"
+            out.append(saved("norms", f"{normed} of the {which} {norm_name}, for its weight",
+                             (FP32_BYTES if autocast else v) * width))
+        if autocast:  # each Linear casts its own input
+            n = _projections(model, block)
+            out.append(saved(block, f"16-bit copies of the {which} {norm_name}'s output, one per "
+                                    f"projection that reads it ({n})", n * v * width))
+        else:
+            out.append(saved(block, f"input to {reads}", v * width))
+
+    def weights(block: str, params: int) -> None:
+        if autocast:
+            out.append(Saved(block, "16-bit copies of its Linear weights (autocast)",
+                             Bytes(Fraction(2 * params, tp)), weight_copy=True))
+
+    # attention
+    norm("first", "attention", "the Q, K, V projections")
+    window_mask = (hf and attention == "flash" and model.sliding_window
+                   and s >= model.sliding_window)
+    if attention == "eager":
+        out.append(saved("attention", "Q, input to QKᵀ", v * tokens * q * split))
+        rep_kv = " (repeated to all a heads)" if model.kv_heads < a else ""
+        out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * q * split))
+        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * q * split))
+        if recompute == "none":
+            scores = Fraction(a * s * s * b) * split  # a·s² per sequence (cp = 1 here)
+            fp32_softmax = hf or autocast  # softmax(dtype=float32), or autocast's float32 list
+            if fp32_softmax:
+                out.append(saved("attention", "softmax output in fp32 (s×s per head)",
+                                 FP32_BYTES * scores))
+            else:
+                out.append(saved("attention", "softmax output (s×s per head)", v * scores))
+            if model.dropout:
+                out.append(saved("attention", "softmax dropout mask (s×s per head)", m * scores))
+                out.append(saved("attention", "dropout output, input to attention over V"
+                                 + (" (its 16-bit copy)" if fp32_softmax else ""), v * scores))
+            elif fp32_softmax:
+                out.append(saved("attention", "16-bit copy of the probabilities, input to "
+                                              "attention over V", v * scores))
+        out.append(saved("attention", "context, input to the output projection", v * tokens * q * split))
+    else:
+        kv_width = q if window_mask else kv
+        rep_kv = " repeated to all a heads" if window_mask and model.kv_heads < a else " (kv_heads heads)"
+        out.append(saved("attention", "Q", v * tokens * q * split))
+        out.append(saved("attention", f"K{rep_kv}", v * tokens * kv_width * split))
+        out.append(saved("attention", f"V{rep_kv}", v * tokens * kv_width * split))
+        if window_mask:
+            out.append(saved("attention", "sliding-window mask, additive, 16-bit (b·s×s)",
+                             v * b * s * s))
+        out.append(saved("attention", "log-sum-exp (fp32 per head and token)",
+                         FP32_BYTES * tokens * a * split))
+        out.append(saved("attention", "output O, input to the output projection", v * tokens * q * split))
+    if model.dropout:
+        out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
+    weights("attention", 2 * h * q + 2 * h * kv)
+
+    # MLP
+    if model.moe:
+        norm("second", "MLP", "the router and the experts' dispatch")
+        out.extend(_moe_block(model, tokens, tp, rep, split, v, mlp_kernel, hf))
+        return LayerActivations(tuple(out))
+    norm("second", "MLP", "the first projection(s)")
+    if model.mlp == "gelu":
+        out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * split))
+    elif mlp_kernel == "fused":  # one kernel saves its input, recomputes SiLU in the backward
+        out.append(saved("MLP", "gate and up outputs, input to the fused SwiGLU (2 × ffn wide)",
+                         v * tokens * 2 * f * split))
+        out.append(saved("MLP", "SwiGLU output, input to the down projection (ffn wide)",
+                         v * tokens * f * split))
+    else:
+        out.append(saved("MLP", "gate projection output, input to SiLU (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "up projection output (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "SiLU output (ffn wide)", v * tokens * f * split))
+        out.append(saved("MLP", "SiLU(gate) × up, input to the down projection (ffn wide)",
+                         v * tokens * f * split))
+    if model.dropout:
+        out.append(saved("MLP", "MLP dropout mask", m * tokens * h * rep))
+    weights("MLP", (2 if model.mlp == "gelu" else 3) * h * f)
+    return LayerActivations(tuple(out))
+
+
+#: Bytes of a routing index (int64, as ``torch.topk`` returns it).
+INDEX_BYTES = 8
+
+
+def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, split: Fraction, v: int,
+                       mlp_kernel: str, who: str) -> list[Saved]:
+    """The ffn-wide tensors an MLP of ``width`` saves for ``copies`` token copies."""
+    n = 2 if model.mlp == "gelu" else (3 if mlp_kernel == "fused" else 4)
+    kind = "GeLU" if model.mlp == "gelu" else ("fused gated" if mlp_kernel == "fused" else "gated")
+    return [Saved("MLP", f"{who}: {kind} MLP intermediates ({n} × expert ffn wide)",
+                  Bytes(n * v * copies * width * split))]
+
+
+def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, split: Fraction,
+               v: int, mlp_kernel: str, hf: bool = False) -> list[Saved]:
+    """What a mixture-of-experts MLP saves for backward, after the norm (Megatron-Core's
+    ``MoELayer``: router, token dispatcher, grouped experts), assuming balanced routing.
+
+    The router's softmax output (fp32, E per token; Megatron-Core keeps routing in fp32 with
+    ``--moe-router-dtype fp32``, Hugging Face's ``MixtralTopKRouter`` runs ``softmax(...float())``),
+    the top-k indices (int64) and routing weights (fp32, k per token); the dispatched copies of
+    the tokens, k per token, the experts' input (b·s·k·h); each copy's expert MLP intermediates
+    at the expert width (as a dense MLP's, :data:`~trainmath.memory.kernels.MLP_KERNELS`), split by tp (expert tensor
+    parallelism = tp); the experts' outputs, which the weighted combine multiplies by the
+    routing weights (b·s·k·h); shared experts as a dense MLP on every token. With balanced
+    routing a device's experts see b·s·k token copies whatever ep is
+    (:func:`trainmath.model.moe.expert_tokens`). The router and dispatch tensors are split by tp only
+    with sequence parallelism; the dispatched tokens are whole on each tensor-parallel rank.
+
+    Hugging Face's ``MixtralForCausalLM`` (transformers 5: ``MixtralTopKRouter`` in
+    ``transformers/models/mixtral/modeling_mixtral.py`` and its default experts implementation,
+    ``grouped_mm_experts_forward`` in ``transformers/integrations/moe.py``) saves more: the sum
+    of each token's top-k weights that normalises them (fp32) beside the top-k weights
+    themselves (the in-place division keeps a copy); the sort of the token copies by expert and
+    the index of each copy's token (int64, one each per copy), the per-expert offsets of the
+    grouped matrix multiply (int32, E), each copy's routing weight gathered (fp32) and the
+    inverse permutation that restores the order (int64 per copy). Every tensor is per token,
+    per token copy or per expert, so the total does not depend on how the router spreads the
+    tokens (validate/test_moe_saved.py measures it with real routing).
+    """
+    h, k, E, w = model.hidden, model.experts_per_token, model.experts, model.expert_width
+    copies = tokens * k
+    out = [
+        Saved("MLP", "router probabilities, fp32 (E per token)", Bytes(FP32_BYTES * tokens * E * rep)),
+        Saved("MLP", "top-k expert indices, int64 (k per token)", Bytes(INDEX_BYTES * copies * rep)),
+        Saved("MLP", "top-k routing weights, fp32 (k per token)", Bytes(FP32_BYTES * copies * rep)),
+        Saved("MLP", "dispatched token copies, the experts' input (k × h per token)",
+              Bytes(v * copies * h)),
+    ]
+    out += _mlp_intermediates(model, copies, w, split, v, mlp_kernel, "routed experts")
+    out.append(Saved("MLP", "expert outputs, input to the weighted combine (k × h per token)",
+                     Bytes(v * copies * h)))
+    if hf:
+        out += [
+            Saved("MLP", "sum of each token's top-k weights, fp32 (their normalisation)",
+                  Bytes(FP32_BYTES * tokens * rep)),
+            Saved("MLP", "sort of the token copies by expert, and each copy's token, int64",
+                  Bytes(2 * INDEX_BYTES * copies)),
+            Saved("MLP", "offsets of the grouped matrix multiply, int32 (one per expert)",
+                  Bytes(4 * E)),
+            Saved("MLP", "routing weight of each copy, gathered, fp32", Bytes(FP32_BYTES * copies)),
+            Saved("MLP", "inverse permutation back to token order, int64 (per copy)",
+                  Bytes(INDEX_BYTES * copies)),
+        ]
+    if model.shared_experts:
+        out += _mlp_intermediates(model, tokens, model.shared_experts * w, split, v, mlp_kernel,
+                                  "shared experts")
+    return out
+
+
+def _check_split(s: int, b: int, tp: int, cp: int) -> tuple[int, int, int, int]:
+    """s, b, tp and cp checked to be positive whole numbers."""
+    return (positive_int("s (sequence length)", s), positive_int("b (micro-batch size)", b),
+            positive_int("tp (tensor-parallel size)", tp),
+            positive_int("cp (context-parallel size)", cp))

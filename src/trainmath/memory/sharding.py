@@ -1,0 +1,562 @@
+"""Per-device memory and traffic under data parallelism, ZeRO and PyTorch FSDP.
+
+Rajbhandari et al. 2020, *ZeRO: Memory Optimizations Toward Training Trillion Parameter
+Models*, §5.1–5.3 and Figure 1: with Ψ parameters, N_d data-parallel ranks and K bytes of
+optimizer-side state per parameter (K = 12 for mixed-precision Adam), each rank holds
+
+- stage 0, plain data parallelism: 2Ψ + 2Ψ + KΨ;
+- stage 1, P_os (optimizer states sharded): 2Ψ + 2Ψ + KΨ/N_d;
+- stage 2, P_os+g (gradients too): 2Ψ + (2 + K)Ψ/N_d;
+- stage 3, P_os+g+p (parameters too): (2 + 2 + K)Ψ/N_d.
+
+The 2s and K come from :func:`trainmath.memory.recipes.bytes_per_param`, so every recipe and optimizer
+there is covered: the formulas above are the bf16/fp16-mixed Adam case. A recipe's fp32 copy of
+the gradients that the optimizer steps from (``BytesPerParam.gradient_copy``: DeepSpeed's fp32
+gradient partition, a hand-written master's ``.grad``) lives beside the master weights and is
+sharded with them from stage 1, which gives DeepSpeed's own 2 + 18/N at stage 2.
+
+Also here: the smallest N_d that fits a GPU (:func:`min_ranks`); PyTorch FSDP's strategies,
+gathered units, prefetch, FSDP2's root unit and fp32 reduce-scatter input, and CPU offload
+(:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*, §3.2-3.3; Ren et al. 2021,
+*ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
+the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies, both with
+m micro-batches per step; ZeRO §7,
+ring factors from :mod:`trainmath.time.collectives`); and FSDP2's exact per-rank bytes with its
+dim-0 padding (:func:`fsdp2_rank`, checked against torch by validate/test_fsdp.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from .recipes import BytesPerParam, ModelStates, bytes_per_param, recipe
+from ..time.collectives import ring_all_reduce_factor, ring_gather_factor
+from ..units import Bytes, positive_int
+
+
+#: ZeRO stages: 0 is plain data parallelism (nothing sharded).
+STAGES = (0, 1, 2, 3)
+
+#: What each stage shards (ZeRO §5.1–5.3: P_os, P_g, P_p).
+STAGE_NAMES = {
+    0: "data parallel (DDP)",
+    1: "ZeRO-1 (P_os)",
+    2: "ZeRO-2 (P_os+g)",
+    3: "ZeRO-3 (P_os+g+p)",
+}
+
+
+def check_stage(stage: object) -> int:
+    """``stage`` if it is 0, 1, 2 or 3, else a ValueError naming it and what is accepted."""
+    if isinstance(stage, bool) or stage not in STAGES:
+        raise ValueError(f"unknown ZeRO stage {stage!r}; accepted: 0, 1, 2, 3 (0 = plain data parallelism)")
+    return int(stage)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardedState(ModelStates):
+    """Model-state memory on one device (no activations, buffers or temporaries).
+
+    ``optimizer_side`` is ZeRO's KΨ, sharded from stage 1 on.
+    """
+
+    params: int
+    n_d: int
+    stage: int
+
+
+def zero_states(
+    params: int,
+    n_d: int,
+    stage: int,
+    precision: str = "bf16-mixed",
+    optimizer_name: str = "adamw",
+) -> ShardedState:
+    """Per-device model-state bytes for ZeRO ``stage`` (0-3) over ``n_d`` ranks (ZeRO §5.1–5.3).
+
+    Sharded amounts are exact: Ψ/N_d may be a Fraction of a byte (the paper's idealised
+    even split; :func:`fsdp2_rank` models the padding a real engine adds).
+
+    >>> str(zero_states(7_500_000_000, 64, 1).total)        # ZeRO Figure 1: 31.4 GB
+    '31.4 GB'
+    """
+    psi = positive_int("params", params)
+    n = positive_int("n_d", n_d)
+    s = check_stage(stage)
+    return _zero_states(psi, n, s, bytes_per_param(precision, optimizer_name))
+
+
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each setting of a layout
+def _zero_states(psi: int, n: int, stage: int, per: BytesPerParam) -> ShardedState:
+    """:func:`zero_states` on checked inputs, from the bytes per parameter ``per``."""
+
+    def share(per_param: int | Fraction, sharded: bool) -> Bytes:
+        amount = Fraction(per_param) * psi
+        return Bytes(amount / n if sharded else amount)
+
+    return ShardedState(
+        params=psi,
+        n_d=n,
+        stage=stage,
+        weights=share(per.weights, stage >= 3),
+        gradients=share(per.gradients, stage >= 2) + share(per.gradient_copy, stage >= 1),
+        master_weights=share(per.master_weights, stage >= 1),
+        optimizer_states=share(per.optimizer_states, stage >= 1),
+    )
+
+
+# -- capacity ---------------------------------------------------------------------------------
+
+
+def min_ranks(
+    params: int,
+    stage: int,
+    capacity: Bytes,
+    reserved: Bytes = Bytes(0),
+    precision: str = "bf16-mixed",
+    optimizer_name: str = "adamw",
+    *,
+    limit: int = 1 << 20,
+) -> int | None:
+    """Smallest N_d at which ZeRO ``stage``'s model state fits in ``capacity - reserved``.
+
+    ``reserved`` holds what is not model state (activations, gathered units, buffers). Returns
+    None when no N_d up to ``limit`` fits: the unsharded part (2Ψ + 2Ψ at stage 1, 2Ψ at
+    stage 2, everything at stage 0) does not shrink with N_d. ZeRO §5.1–5.3's per-device totals
+    (see :func:`zero_states`), solved for N_d.
+    """
+    if not isinstance(capacity, Bytes) or not isinstance(reserved, Bytes):
+        raise ValueError(f"capacity and reserved must be Bytes, got {capacity!r} and {reserved!r}")
+    room = capacity.n - reserved.n
+    s = check_stage(stage)
+    psi = positive_int("params", params)
+    per = bytes_per_param(precision, optimizer_name)
+    # total(N_d) = fixed + sharded / N_d: the unsharded kinds stay whole on every rank.
+    fixed = psi * ((per.weights if s < 3 else 0) + (per.gradients if s < 2 else 0)
+                   + (per.optimizer_side + per.gradient_copy if s < 1 else 0))
+    sharded = psi * per.total - fixed
+    if room <= 0 or fixed >= room:
+        return None
+    n = max(1, math.ceil(Fraction(sharded) / (room - fixed)))
+    if n > limit:
+        return None
+    return n
+
+
+# -- PyTorch FSDP -----------------------------------------------------------------------------
+
+#: FSDP1's ``ShardingStrategy`` names (FSDP2: ``fully_shard`` arguments) and the ZeRO stage each
+#: one's memory matches while forward and backward run (torch.distributed.fsdp.ShardingStrategy
+#: docstring; Zhao et al. 2023, *PyTorch FSDP*, §3.2).
+FSDP_STRATEGIES: dict[str, int] = {
+    "NO_SHARD": 0,        # FSDP2: replicate(), or a mesh whose shard dim is 1 (DDP)
+    "SHARD_GRAD_OP": 2,   # FSDP2: fully_shard(reshard_after_forward=False)
+    "FULL_SHARD": 3,      # FSDP2: fully_shard(reshard_after_forward=True), the default
+    "HYBRID_SHARD": 3,    # FSDP2: fully_shard(mesh=2-D (replicate, shard) DeviceMesh)
+}
+
+#: What can live in host (CPU) memory instead of the accelerator.
+#: "optimizer": ZeRO-Offload (Ren et al. 2021: the CPU/GPU split is derived in §3, the
+#: partitioned multi-GPU setup is §4.2): fp32 master weights, optimizer states and the
+#: gradient partition move to the CPU and the optimizer step runs there; the 16-bit weights
+#: stay. DeepSpeed keeps the offloaded gradient partition in the master weights' format, fp32
+#: (``initialize_optimizer_states`` in ``deepspeed/runtime/zero/stage_1_and_2.py``).
+#: "parameters": FSDP2's CPUOffloadPolicy and DeepSpeed's offload_param (ZeRO-Infinity,
+#: Rajbhandari et al. 2021): every sharded state moves; the accelerator keeps only gathered units.
+OFFLOADS = ("none", "optimizer", "parameters")
+#: Short names of :data:`OFFLOADS` that every entry point accepts: "params" is "parameters"
+#: (the command's ``--offload params``).
+OFFLOAD_ALIASES = {"params": "parameters"}
+
+
+def _check_strategy(strategy: object) -> str:
+    if strategy not in FSDP_STRATEGIES:
+        raise ValueError(
+            f"unknown FSDP sharding strategy {strategy!r}; accepted: {', '.join(FSDP_STRATEGIES)}"
+        )
+    return strategy  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class FsdpMemory:
+    """Memory of one rank under an FSDP strategy: persistent state, transient units, host."""
+
+    strategy: str
+    n_d: int
+    #: ranks one parameter is sharded over (n_d, or the hybrid shard group's size)
+    shard_group: int
+    #: model state that stays on the accelerator (ZeRO's accounting, see :func:`zero_states`)
+    device: ShardedState
+    #: model state moved to host memory by ``offload``
+    host: Bytes
+    #: unsharded parameters held at once: the unit computing plus ``prefetch`` more, and the
+    #: root unit, which FSDP2 keeps unsharded from the forward to the end of the backward
+    gathered_params: Bytes
+    #: one unit's unsharded gradients before they are reduce-scattered (backward only), and the
+    #: LM head's, which wait for the root's reduce-scatter at the end of the backward
+    unsharded_grads: Bytes
+    #: the reduce-scatter input of the unit before, in the reduce format, which FSDP2 holds
+    #: until the next unit reduces (0 when the gradients are reduced in their own format)
+    reduce_buffer: Bytes = Bytes(0)
+
+    @property
+    def transient(self) -> Bytes:
+        """Gathered parameters, unsharded gradients and the reduce-scatter input: what a unit's
+        backward holds beyond the sharded state."""
+        return self.gathered_params + self.unsharded_grads + self.reduce_buffer
+
+    @property
+    def peak(self) -> Bytes:
+        """Accelerator bytes of model state at the worst moment of backward."""
+        return self.device.total + self.transient
+
+
+def fsdp_memory(
+    params: int,
+    n_d: int,
+    strategy: str = "FULL_SHARD",
+    *,
+    shard_group: int | None = None,
+    unit_params: int = 0,
+    prefetch: int = 1,
+    offload: str = "none",
+    precision: str = "bf16-mixed",
+    optimizer_name: str = "adamw",
+    reduce_dtype: str | None = None,
+    root_params: int = 0,
+    head_params: int = 0,
+) -> FsdpMemory:
+    """Per-rank memory of an FSDP strategy, in ZeRO's accounting (ZeRO §5.1–5.3; FSDP §3.2).
+
+    - ``NO_SHARD`` is ZeRO stage 0; ``SHARD_GRAD_OP`` keeps every unsharded parameter from the
+      forward to the end of the backward, so its peak is ZeRO-2's; ``FULL_SHARD`` is ZeRO-3;
+      ``HYBRID_SHARD`` is ZeRO-3 over a shard group of ``shard_group`` ranks (a node), replicated
+      across the n_d / shard_group groups.
+    - Under FULL_SHARD and HYBRID_SHARD a unit (the parameters one ``fully_shard`` call groups,
+      usually a layer) is all-gathered before it computes and freed after; with ``prefetch``
+      more units in flight (FSDP §3.3: the next all-gather overlaps this unit's compute), the
+      transient is (1 + prefetch) × ``unit_params`` × the weights' bytes. Pass the largest unit.
+      Backward adds that unit's unsharded gradients until they are reduce-scattered.
+    - ``reduce_dtype`` (a key of :data:`DTYPE_BYTES`) is FSDP2's
+      ``MixedPrecisionPolicy(reduce_dtype=...)``: when it is wider than the gradients, each
+      unit's gradients are copied into a reduce-scatter input of that format (``chunk_cat`` in
+      ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``), and FSDP2 holds that input
+      until the next unit reduces (one buffer in flight, ``set_reduce_scatter_max_input_buffers``):
+      with bf16 gradients and ``reduce_dtype=torch.float32`` a unit's backward holds 2 + 4 = 6
+      bytes per parameter of a unit, not 2.
+    - ``root_params`` is the root unit of ``fully_shard(model)``: the parameters outside every
+      wrapped layer (the embedding, the final norm, the LM head). FSDP2 does not reshard the
+      root after the forward pass (its ``reshard_after_forward`` is False), so it stays gathered
+      until the end of the backward; ``head_params`` of it (the LM head and final norm) have
+      their gradients from the loss's backward on, unsharded until the root reduces last.
+    - ``offload`` (see :data:`OFFLOADS`) moves sharded state to host memory. With
+      ``"optimizer"`` the gradient partition on the host is in the master weights' format
+      (fp32 for mixed precision), as DeepSpeed keeps it; DeepSpeed's pinned 16-bit copy-back
+      buffer for the updated weights is not counted.
+    """
+    psi = positive_int("params", params)
+    n = positive_int("n_d", n_d)
+    strategy = _check_strategy(strategy)
+    if offload not in OFFLOADS:
+        raise ValueError(f"unknown offload {offload!r}; accepted: {', '.join(OFFLOADS)}")
+    group = _shard_group(strategy, n, shard_group)
+    if isinstance(unit_params, bool) or not isinstance(unit_params, int) or not 0 <= unit_params <= psi:
+        raise ValueError(f"unit_params must be a whole number from 0 to params ({psi}), got {unit_params!r}")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch must be a whole number >= 0, got {prefetch!r}")
+    stage = FSDP_STRATEGIES[strategy]
+    if offload == "parameters" and stage != 3:
+        raise ValueError(
+            f"offload 'parameters' needs sharded parameters (FULL_SHARD or HYBRID_SHARD), got {strategy}"
+        )
+    for name, value in (("root_params", root_params), ("head_params", head_params)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= psi:
+            raise ValueError(f"{name} must be a whole number from 0 to params ({psi}), got {value!r}")
+    if head_params > root_params:
+        raise ValueError(f"head_params {head_params} exceeds root_params {root_params}; the LM "
+                         "head is part of the root")
+    state = zero_states(psi, group, stage, precision, optimizer_name)
+    per = bytes_per_param(precision, optimizer_name)
+    r = recipe(precision)
+    w = g = r.compute  # gathered units, and backward's unsharded gradients, in the compute format
+    reduce_bytes = g if reduce_dtype is None else DTYPE_BYTES[_dtype(reduce_dtype)]
+    gathered = Bytes(0)
+    unsharded_grads = Bytes(0)
+    reduce_buffer = Bytes(0)
+    if stage == 3:
+        gathered = Bytes((1 + prefetch) * unit_params * w + root_params * w)
+    if stage >= 2:
+        unsharded_grads = Bytes((unit_params + head_params) * g)
+        if reduce_bytes > g:
+            reduce_buffer = Bytes(unit_params * reduce_bytes)
+    zero = Bytes(0)
+    if offload == "optimizer":  # the gradient partition in the master weights' format
+        host_grads = Bytes(Fraction(psi * max(per.gradients, per.master_weights), group))
+        host = host_grads + state.master_weights + state.optimizer_states
+        state = ShardedState(params=psi, n_d=group, stage=stage, weights=state.weights,
+                             gradients=zero, master_weights=zero, optimizer_states=zero)
+    elif offload == "parameters":
+        host = state.total
+        state = ShardedState(params=psi, n_d=group, stage=stage, weights=zero, gradients=zero,
+                             master_weights=zero, optimizer_states=zero)
+    else:
+        host = zero
+    return FsdpMemory(strategy, n, group, state, host, gathered, unsharded_grads, reduce_buffer)
+
+
+# -- communication ----------------------------------------------------------------------------
+
+#: Bytes per element of the formats collectives move.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class StepTraffic:
+    """Bytes one rank sends per optimizer step (ring collectives send what they receive)."""
+
+    all_reduce: Bytes
+    reduce_scatter: Bytes
+    all_gather: Bytes
+    #: the part of the above that crosses between shard groups (HYBRID_SHARD's all-reduce)
+    across_groups: Bytes
+
+    @property
+    def total(self) -> Bytes:
+        """All the bytes this rank sends per step."""
+        return self.all_reduce + self.reduce_scatter + self.all_gather
+
+
+def zero_traffic(
+    params: int,
+    n_d: int,
+    stage: int,
+    *,
+    microbatches: int = 1,
+    weight_bytes: int = 2,
+    grad_bytes: int = 2,
+) -> StepTraffic:
+    """Bytes each rank sends per optimizer step under ZeRO ``stage`` over ``n_d`` ranks (ZeRO §7.2).
+
+    With f = (n_d-1)/n_d (a ring, :func:`trainmath.time.collectives.ring_gather_factor`), g bytes per
+    gradient and w per weight: stage 0 all-reduces the gradients once per step, 2fΨg; stage 1
+    reduce-scatters them and all-gathers the updated weights, fΨ(g + w), the same 2Ψ when
+    w = g (§7.2.1); stage 2 shards the gradients, so it reduce-scatters after every one of the
+    m = ``microbatches`` micro-batches, fΨ(m·g + w); stage 3 gathers the weights for every
+    forward and every backward and reduce-scatters every micro-batch's gradients,
+    m·fΨ(2w + g): the paper's 3Ψ (§7.2.2) when m = 1 and w = g. The one definition of ZeRO's
+    traffic: :func:`step_traffic` and :func:`trainmath.time.communication.communication` use it.
+    """
+    psi = positive_int("params", params)
+    n = positive_int("n_d", n_d)
+    s = check_stage(stage)
+    m = positive_int("microbatches (m)", microbatches)
+    return _zero_traffic(psi, n, s, m, positive_int("weight_bytes", weight_bytes),
+                         positive_int("grad_bytes", grad_bytes))
+
+
+@lru_cache(maxsize=4096)  # pure; the planner asks again for each recomputation and interleave
+def _zero_traffic(psi: int, n: int, stage: int, m: int, w: int, g: int) -> StepTraffic:
+    """:func:`zero_traffic` on checked inputs."""
+    zero = Bytes(0)
+    if stage == 0:
+        return StepTraffic(Bytes(ring_all_reduce_factor(n) * psi * g), zero, zero, zero)
+    f = ring_gather_factor(n)
+    reductions = m if stage >= 2 else 1  # a sharded gradient is reduced every micro-batch
+    gathers = 2 * m if stage == 3 else 1  # ZeRO-3 gathers for every forward and backward
+    return StepTraffic(zero, Bytes(f * psi * g * reductions), Bytes(f * psi * w * gathers), zero)
+
+
+def step_traffic(
+    params: int,
+    n_d: int,
+    strategy: str | int,
+    *,
+    shard_group: int | None = None,
+    grad_dtype: str = "bf16",
+    param_dtype: str | None = None,
+    microbatches: int = 1,
+) -> StepTraffic:
+    """Bytes each rank sends per step for gradient sync and parameter gathers (ZeRO §7).
+
+    A ring all-reduce of Ψ elements is a reduce-scatter plus an all-gather, 2Ψ(N-1)/N elements
+    per rank (ZeRO §7.1 rounds this to 2Ψ). ZeRO-1 and ZeRO-2 reduce-scatter the gradients and
+    all-gather the updated parameters: the same volume (§7.2.1). ZeRO-3 all-gathers the
+    parameters in the forward and again in the backward, then reduce-scatters the gradients:
+    3Ψ(N-1)/N, 1.5× (§7.2.2). ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name.
+
+    The paper counts one micro-batch per step. With ``microbatches`` = m (gradient
+    accumulation), what a stage does in every backward happens m times, as :func:`zero_traffic`
+    (the one definition, which this calls) counts it: whole gradients (stages 0 and 1)
+    accumulate and are reduced once; sharded ones (stage 2, FULL_SHARD) are reduce-scattered
+    after every micro-batch, and ZeRO-3 gathers the weights for every forward and backward.
+    FSDP reduces in every backward unless told not to (FSDP1's ``no_sync``, FSDP2's
+    ``set_requires_gradient_sync(False)``, which keep unsharded gradients instead).
+    SHARD_GRAD_OP reshards after each backward, so it gathers before every forward: m(Ψg + Ψw)
+    where ZeRO-2 keeps the weights and gathers once. HYBRID_SHARD does ZeRO-3's traffic inside a
+    shard group of S ranks, then all-reduces each rank's Ψ/S gradient shard across the n_d/S
+    groups (FSDP §3.2.2), every micro-batch.
+    """
+    psi = positive_int("params", params)
+    n = positive_int("n_d", n_d)
+    m = positive_int("microbatches (m)", microbatches)
+    g = DTYPE_BYTES[_dtype(grad_dtype)]
+    w = DTYPE_BYTES[_dtype(param_dtype)] if param_dtype is not None else g
+    if isinstance(strategy, str):
+        stage = FSDP_STRATEGIES[_check_strategy(strategy)]
+    else:
+        stage = check_stage(strategy)
+    if strategy == "HYBRID_SHARD":
+        s = _shard_group(strategy, n, shard_group)
+        across = Bytes(m * ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
+        inside = _zero_traffic(psi, s, 3, m, w, g)
+        return StepTraffic(across, inside.reduce_scatter, inside.all_gather, across)
+    _shard_group(strategy, n, shard_group)
+    if strategy == "SHARD_GRAD_OP":  # like ZeRO-2, but gathering again for every forward
+        f = ring_gather_factor(n)
+        zero = Bytes(0)
+        return StepTraffic(zero, Bytes(m * f * psi * g), Bytes(m * f * psi * w), zero)
+    return _zero_traffic(psi, n, stage, m, w, g)
+
+
+def _shard_group(strategy: object, n: int, shard_group: object) -> int:
+    """Ranks that shard one copy: ``shard_group`` under HYBRID_SHARD (it must divide n_d), else n_d."""
+    if strategy == "HYBRID_SHARD":
+        if shard_group is None:
+            raise ValueError("HYBRID_SHARD needs shard_group, the ranks in one shard group (a node)")
+        group = positive_int("shard_group", shard_group)
+        if n % group:
+            raise ValueError(f"shard_group {group} does not divide n_d {n}; accepted: a divisor of {n}")
+        return group
+    if shard_group is not None:
+        raise ValueError(f"shard_group is only for HYBRID_SHARD, got shard_group={shard_group!r} with {strategy}")
+    return n
+
+
+def _dtype(name: object) -> str:
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {name!r}; accepted: {', '.join(DTYPE_BYTES)}")
+    return name  # type: ignore[return-value]
+
+
+# -- FSDP2, tensor by tensor ------------------------------------------------------------------
+# PyTorch's fully_shard (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_param.py and
+# _fsdp_collectives.py) shards each parameter on dim 0 with torch.chunk: every rank gets
+# ceil(d0/N) rows until the rows run out, so trailing ranks can get fewer or none. Each rank
+# allocates rank 0's (padded) chunk for its parameter, and the reduce-scatter output that holds
+# a unit's gradients is padded the same way; optimizer states are made with zeros_like (or
+# clone) of the unpadded local shard. Adam and AdamW add a float32 ``step`` per tensor.
+
+#: Bytes of the per-tensor step counter each torch.optim optimizer keeps (a float32 scalar).
+STEP_BYTES = {"adam": 4, "adamw": 4, "sgd": 0, "sgd-momentum": 0}
+
+
+def dim0_rows(rows: int, n: int) -> tuple[int, ...]:
+    """Rows of dim 0 that each of ``n`` ranks holds, as ``torch.chunk`` splits them.
+
+    ceil(rows/n) rows per rank until they run out: FSDP2's dim-0 sharding (torch 2.13,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``; checked by validate/test_fsdp.py).
+
+    >>> dim0_rows(5, 4)
+    (2, 2, 1, 0)
+    """
+    rows = positive_int("rows", rows)
+    n = positive_int("n", n)
+    chunk = -(-rows // n)
+    return tuple(max(0, min(chunk, rows - r * chunk)) for r in range(n))
+
+
+def _shape(shape: object) -> tuple[int, ...]:
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise ValueError(f"a parameter shape must be a non-empty tuple of sizes, got {shape!r}")
+    return tuple(positive_int("parameter dimension", d) for d in shape)
+
+
+@dataclass(frozen=True)
+class Fsdp2Rank:
+    """What one rank holds after an optimizer step under FSDP2 (``fully_shard``)."""
+
+    shard_rank: int
+    shard_size: int
+    #: elements of this rank's shards (no padding)
+    numel: int
+    #: elements allocated for them (padded to rank 0's chunk)
+    padded_numel: int
+    parameters: Bytes
+    gradients: Bytes
+    optimizer_states: Bytes
+    #: bytes of each unit's unsharded parameters while it computes (padded, compute dtype)
+    unsharded_units: tuple[Bytes, ...]
+
+    @property
+    def total(self) -> Bytes:
+        """Parameters, gradients and optimizer states on this rank (gathered units not included)."""
+        return self.parameters + self.gradients + self.optimizer_states
+
+    @property
+    def padding(self) -> Bytes:
+        """Bytes of parameters and gradients that pad this rank's shards to rank 0's size."""
+        return (self.parameters + self.gradients) * Fraction(self.padded_numel - self.numel,
+                                                               self.padded_numel or 1)
+
+
+def fsdp2_dtypes(precision: str = "fp32") -> tuple[int, int]:
+    """(bytes of a stored sharded parameter and its gradient, bytes of a gathered one).
+
+    Under ``MixedPrecisionPolicy(param_dtype=bf16)`` the fp32 parameter is itself the master
+    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits (the recipe's
+    compute format) when it all-gathers (torch 2.13's ``fully_shard``; checked by
+    validate/test_fsdp.py). The ``fsdp2`` recipe is that setup: ``fsdp2_dtypes("fsdp2")`` is
+    ``fsdp2_dtypes("bf16-mixed")``.
+    """
+    r = recipe(precision)
+    return (r.master_weights or r.weights, r.compute)
+
+
+def fsdp2_rank(
+    units: list[list[tuple[int, ...]]],
+    shard_size: int,
+    shard_rank: int,
+    precision: str = "fp32",
+    optimizer_name: str = "adamw",
+) -> Fsdp2Rank:
+    """Bytes one rank holds after ``fully_shard`` on each unit and one optimizer step.
+
+    ``units`` lists each ``fully_shard`` group's parameter shapes; ``shard_size`` is the mesh's
+    shard dimension (all ranks for FULL_SHARD, one node for HYBRID_SHARD) and ``shard_rank``
+    this rank's place in it. Exact for torch 2.13 on the CPU (checked by validate/test_fsdp.py).
+    """
+    n = positive_int("shard_size", shard_size)
+    if isinstance(shard_rank, bool) or not isinstance(shard_rank, int) or not 0 <= shard_rank < n:
+        raise ValueError(f"shard_rank must be a whole number from 0 to {n - 1}, got {shard_rank!r}")
+    if optimizer_name not in STEP_BYTES:
+        raise ValueError(
+            f"unknown optimizer {optimizer_name!r} for FSDP2; accepted: {', '.join(STEP_BYTES)}"
+        )
+    stored, gathered = fsdp2_dtypes(precision)
+    state_bytes = bytes_per_param(precision, optimizer_name).optimizer_states
+    numel = padded = tensors = 0
+    unit_bytes = []
+    for unit in units:
+        unit_padded = 0
+        for shape in unit:
+            dims = _shape(shape)
+            rest = math.prod(dims[1:])
+            rows = dim0_rows(dims[0], n)
+            numel += rows[shard_rank] * rest
+            unit_padded += rows[0] * rest
+            tensors += 1
+        padded += unit_padded
+        unit_bytes.append(Bytes(unit_padded * n * gathered))
+    return Fsdp2Rank(
+        shard_rank=shard_rank,
+        shard_size=n,
+        numel=numel,
+        padded_numel=padded,
+        parameters=Bytes(padded * stored),
+        gradients=Bytes(padded * stored),
+        optimizer_states=Bytes(numel * state_bytes + tensors * STEP_BYTES[optimizer_name]),
+        unsharded_units=tuple(unit_bytes),
+    )

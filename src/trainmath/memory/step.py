@@ -1,0 +1,243 @@
+"""What one device holds over a training step, put together for :mod:`trainmath.memory.peak`.
+
+From the parts of a run (model shape, layout, training setup, batch) and the memory of one
+device of a pipeline stage (:class:`~trainmath.memory.stages.DeviceMemory`), these functions
+build the :class:`~trainmath.memory.peak.StepInputs`: the states, the gradients as they exist
+during backward and at the step, the activations, the loss's logits, ZeRO-3's gathered units
+(FSDP2's exact padded units, or even splits for other engines), Transformer Engine's cached fp8
+weights, the optimizer's temporaries, and what offload moves to the host. LoRA and QLoRA runs
+get their own inputs (only the adapter has gradients and optimizer states).
+:func:`trainmath.runs.estimates.estimate` calls them on a checked run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+from typing import Sequence
+
+from .activations import LayerActivations, _layer
+from .embedding_and_loss import _input, _output, _rotary
+from .finetune import AdapterStates, BASE_BYTES, matrices
+from .kernels import FP32_BYTES, MASK_BYTES, STAT_BYTES, implementation
+from .peak import GatheredUnits, StepInputs, _temporaries
+from .recipes import BytesPerParam, FP8_WEIGHT_CACHE_BYTES, Recipe, optimizer
+from .sharding import STEP_BYTES, fsdp2_rank
+from .stages import DeviceMemory, StageActivations, _stage
+from .training import Training
+from ..model.shape import ModelShape, param_breakdown, param_count, param_shapes
+from ..parallel.layout import Batch, Layout
+from ..parallel.schedules import _in_flight
+from ..runs.description import Run
+from ..units import Bytes
+
+
+def _offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, Bytes]:
+    """``d`` with its offloaded states moved out, and the host bytes they need.
+
+    "optimizer" (ZeRO-Offload, Ren et al. 2021, §4: built on ZeRO-2): the master weights, the
+    optimizer states and the gradient partition move, the gradients in the master weights'
+    format (fp32 for mixed precision, ``initialize_optimizer_states`` in DeepSpeed's
+    ``stage_1_and_2.py``), as :func:`trainmath.memory.sharding.fsdp_memory` counts them; the 16-bit
+    weights stay. "parameters" (ZeRO-Infinity, Rajbhandari et al. 2021; FSDP2's
+    ``CPUOffloadPolicy``): the weights' shards move too; the GPU keeps the gathered units.
+    DeepSpeed's own estimate (``estimate_zero3_model_states_mem_needs`` in
+    ``deepspeed/runtime/zero/stage3.py``) gives the same 16 and 18 bytes per parameter of host
+    memory, before its allowance of 1.5 times that for buffers.
+    """
+    zero = Bytes(0)
+    if offload == "none":
+        return d, zero
+    grads = Bytes(Fraction(d.params * max(r.gradients, r.master_weights), d.zero_group))
+    host = grads + d.master_weights + d.optimizer_states
+    if offload == "optimizer":
+        return replace(d, gradients=zero, master_weights=zero, optimizer_states=zero), host
+    return (replace(d, weights=zero, gradients=zero, master_weights=zero, optimizer_states=zero),
+            host + d.weights)
+
+
+def _offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
+    """A step's inputs with the offloaded states gone from the GPU: the optimizer step runs on
+    the CPU (no states, step counters, fp32 gradients or temporaries on the GPU) and each
+    gradient partition leaves as it is reduced; with "parameters" the weights' shards leave
+    too. Transient GPU buffers (unsharded units and gradients, reduce-scatter inputs) stay;
+    DeepSpeed's reduce buckets and pinned staging buffers are not counted."""
+    if offload == "none":
+        return i
+    zero = Bytes(0)
+    g = i.gathered
+    return replace(i, master_weights=zero, optimizer_states=zero, step_counters=zero,
+                   persistent_gradients=zero, backward_gradients=zero, step_gradients=zero,
+                   temporaries=zero, weights=zero if offload == "parameters" else i.weights,
+                   gathered=None if g is None else replace(g, layer_sharded_grads=zero))
+
+
+def _activations(shape: ModelShape, lay: Layout, t: Training, r: Recipe, batch: Batch,
+                 m: int | None, stages: Sequence[int] | None = None
+                 ) -> tuple[LayerActivations, dict[int, StageActivations]]:
+    """One layer's saved tensors, and the activations on one device of each stage (of
+    ``stages``, default all), by stage."""
+    family = implementation(t.implementation).family
+    split = (shape, batch.seq_len, batch.micro_batch, lay.tp, lay.sequence_parallel, lay.cp)
+    layer = _layer(*split, t.recompute, t.attention, r.compute, MASK_BYTES, STAT_BYTES,
+                   t.mlp_kernel, family, r.autocast)
+    embedding = _input(*split, MASK_BYTES)
+    output = _output(*split, r.compute, STAT_BYTES, family, r.autocast)
+    rotary = _rotary(shape, batch.seq_len, lay.cp, r.compute, r.autocast)
+    pp = lay.pp
+    stage_acts = {
+        i: _stage(shape, layer, embedding if i == 0 else None, output if i == pp - 1 else None,
+                  pp, m, _in_flight(pp, lay.v, m, i), rotary, lay.v)
+        for i in (range(pp) if stages is None else stages)
+    }
+    return layer, stage_acts
+
+
+def _fsdp2_device(shape: ModelShape, lay: Layout, t: Training, d: DeviceMemory) -> DeviceMemory:
+    """Rank 0's states under FSDP2, exactly (:func:`trainmath.memory.sharding.fsdp2_rank`); Adam's
+    step counters are left out of the optimizer states, as everywhere in the estimate."""
+    units = param_shapes(shape).units()
+    rank = fsdp2_rank(units, lay.zero_group, 0, t.recipe, t.optimizer)
+    counters = len(units[0]) * shape.layers + len(units[-1])
+    counters *= STEP_BYTES.get(t.optimizer, 0)
+    return replace(d, weights=rank.parameters, gradients=rank.gradients,
+                   master_weights=Bytes(0), optimizer_states=rank.optimizer_states - Bytes(counters))
+
+
+def _share(amount: Fraction | int, n: int, sharded: bool) -> Bytes:
+    return Bytes(Fraction(amount) / n if sharded else Fraction(amount))
+
+
+def _count_only_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory) -> StepInputs:
+    """The step of a run known by its parameter count: no activations, no tensor shapes."""
+    t, n, z, psi = run.training, run.layout.zero_group, run.training.zero_stage, run.params
+    zero = Bytes(0)
+    persistent = d.gradients if r.persistent_gradients else zero
+    backward = zero if r.persistent_gradients else _share(psi * r.gradients, n, z >= 2)
+    step = d.gradients + _share(psi * r.step_copy, n, z >= 1)
+    numel = Fraction(psi, n) if z >= 1 else Fraction(psi)
+    temps = _temporaries(t.optimizer_impl, numel, None, _state_value(r, t))
+    return StepInputs(d.weights, d.master_weights, d.optimizer_states, zero, persistent, backward,
+                      step, zero, zero, zero, zero, zero, zero, temps, 0)
+
+
+def _state_value(r: Recipe, t: Training) -> int:
+    o = optimizer(t.optimizer)
+    return r.state_value if o.state_bytes is None else o.state_bytes
+
+
+def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
+                  acts: StageActivations | None, fsdp2: bool) -> StepInputs:
+    """What one device of one pipeline stage holds over the step (:mod:`trainmath.memory.peak`)."""
+    shape, lay, t, batch = run.shape, run.layout, run.training, run.batch
+    n, z, tp, pp = lay.zero_group, t.zero_stage, lay.tp, lay.pp
+    first, last = d.stage == 0, d.stage == pp - 1
+    shapes = param_shapes(shape)
+    h, V = shape.hidden, shape.vocab
+    zero = Bytes(0)
+    P = d.params
+    Pe, ne = d.expert_params, d.expert_zero_group  # routed experts: their own ZeRO group
+    Pd = P - Pe
+    # the parameter tensors on this device, for Adam's step counters and the largest one
+    # (3-D tensors are a mixture's routed experts, split ep·tp ways)
+    layer_tensors = [Fraction(math.prod(s), (tp * lay.ep if len(s) == 3 else tp) if len(s) > 1 else 1)
+                     for s in shapes.layer]
+    root_first = [Fraction(V * h, tp)] + ([Fraction(shape.positions * h)] if shape.positions else [])
+    norms = 2 if shape.norm == "layernorm" else 1
+    root_last = [Fraction(h)] * norms + ([Fraction(V * h, tp)] if not shape.tied_embeddings or pp > 1 else [])
+    tensors = (d.params and (len(layer_tensors) * (shape.layers // pp)
+                             + (len(root_first) if first else 0) + (len(root_last) if last else 0)))
+    counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * tensors)
+    largest = max(layer_tensors + (root_first if first else []) + (root_last if last else []))
+    # gradients: persistent (Megatron's buffer), at the end of backward, at the step
+    persistent = d.gradients if r.persistent_gradients else zero
+    backward = zero if r.persistent_gradients else (
+        _share(Pd * r.gradients, n, z >= 2) + _share(Pe * r.gradients, ne, z >= 2))
+    step = d.gradients + _share(Pd * r.step_copy, n, z >= 1) + _share(Pe * r.step_copy, ne, z >= 1)
+    sharded_opt = z >= 1
+    numel = Fraction(Pd, n) + Fraction(Pe, ne) if sharded_opt else Fraction(P)
+    local_largest = -(-largest // n) if sharded_opt else largest
+    temps = _temporaries(t.optimizer_impl, numel, local_largest, _state_value(r, t))
+    tied = zero
+    if shape.tied_embeddings and pp == 1 and z < 3 and not r.persistent_gradients:
+        tied = Bytes(2 * r.gradients * Fraction(V * h, tp))  # two contributions, then their sum
+    if acts is None:
+        A = layer_A = out_A = logits = zero
+    else:
+        A = acts.total
+        layer_A = acts.per_layer.total
+        out_A = acts.outputs
+        tokens = Fraction(batch.seq_len * batch.micro_batch, lay.cp)
+        logits = Bytes(FP32_BYTES * tokens * Fraction(V, tp)) if last else zero
+    logits16 = logits * Fraction(r.compute, FP32_BYTES)
+    gathered = _gathered(shape, lay, t, r, first, last, fsdp2) if z == 3 else None
+    # fp8 (Transformer Engine): each decoder layer's matrices, on this device, once in fp8 and
+    # once transposed (1 + 1 bytes a weight: TE's FP8 weight caching and "Handling transposes")
+    fp8_cache = zero
+    if r.fp8_gemms and d.params:
+        matrices = sum(x for x, s in zip(layer_tensors, shapes.layer) if len(s) > 1)
+        fp8_cache = Bytes(FP8_WEIGHT_CACHE_BYTES * matrices * (shape.layers // pp))
+    return StepInputs(d.weights, d.master_weights, d.optimizer_states, counters, persistent,
+                      backward, step, A, layer_A, out_A, logits, logits16, tied, temps,
+                      shape.layers // pp, gathered, fp8_cache)
+
+
+def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: bool, last: bool,
+              fsdp2: bool) -> GatheredUnits:
+    """ZeRO-3's unsharded units on one device: FSDP2's exact padded units (one per decoder
+    layer and the root, which FSDP2 holds from the forward to the end of the backward), or for
+    other ZeRO-3 engines a decoder layer and the LM head, even splits."""
+    n, tp = lay.zero_group, lay.tp
+    c = r.compute
+    reduce = r.reduce_bytes or c
+    h, V = shape.hidden, shape.vocab
+    norms = 2 if shape.norm == "layernorm" else 1
+    if fsdp2:
+        shapes = param_shapes(shape)
+        layer_rank = fsdp2_rank([list(shapes.layer)], n, 0, t.recipe, t.optimizer)
+        root_rank = fsdp2_rank([list(shapes.root)], n, 0, t.recipe, t.optimizer)
+        layer = layer_rank.unsharded_units[0]  # padded, in the compute format
+        root = root_rank.unsharded_units[0]
+        head = Bytes(c * (V * h + norms * h))  # the LM head's (or tied embedding's) and norm's
+        return GatheredUnits(layer, layer, layer * Fraction(reduce, c), layer_rank.gradients,
+                             root, head, root, root * Fraction(reduce, c))
+    routed = param_breakdown(shape).per_layer_routed  # a mixture's experts: ep·tp ways
+    dense = Fraction(param_count(shape) - _root_params(shape) - shape.layers * routed,
+                     shape.layers * tp)
+    experts = Fraction(routed, lay.ep * tp)
+    layer = Bytes(c * (dense + experts))
+    head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
+    grads = Bytes(r.gradients * (dense / n + experts / lay.expert_zero_group))
+    return GatheredUnits(layer, layer, layer * Fraction(reduce, c), grads, head, head, head,
+                         head * Fraction(reduce, c))
+
+
+def _root_params(shape: ModelShape) -> int:
+    norms = 2 if shape.norm == "layernorm" else 1
+    head = 0 if shape.tied_embeddings else shape.vocab * shape.hidden
+    return shape.vocab * shape.hidden + shape.positions * shape.hidden + norms * shape.hidden + head
+
+
+def _adapter_step_inputs(run: Run, r: Recipe, states: AdapterStates,
+                         acts: StageActivations | None) -> StepInputs:
+    """What one device holds over a step of an adapter run: only the adapter has gradients,
+    step counters, a step copy and optimizer temporaries."""
+    shape, t, batch = run.shape, run.training, run.batch
+    n = states.trainable
+    zero = Bytes(0)
+    counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * states.trainable_tensors)
+    backward = states.gradients
+    step = states.gradients + Bytes(n * r.step_copy)
+    largest = max(a.rank * max(d_in, d_out) for a in (run.adapter,)
+                  for d_in, d_out in (matrices(shape)[m] for m in run.adapter.targets))
+    temps = _temporaries(t.optimizer_impl, n, largest, _state_value(r, t))
+    if acts is None:
+        A = layer_A = out_A = logits = zero
+    else:
+        A, layer_A, out_A = acts.total, acts.per_layer.total, acts.outputs
+        logits = Bytes(FP32_BYTES * batch.seq_len * batch.micro_batch * shape.vocab)
+    logits16 = logits * Fraction(BASE_BYTES, FP32_BYTES)
+    return StepInputs(states.weights, states.master_weights, states.optimizer_states, counters,
+                      zero, backward, step, A, layer_A, out_A, logits, logits16, zero, temps,
+                      shape.layers)

@@ -1,0 +1,260 @@
+"""The layout of a run over GPUs, dp × tp × pp × cp (ep, v), the batch it splits, and the
+rules a layout must keep with a model, each written once.
+
+A layout places ``dp · tp · pp · cp`` GPUs on a grid (Megatron-LM's order; Narayanan et al.
+2021, *Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM*, §2).
+These names, with ``v`` for the model chunks per pipeline device and ``ep`` for expert
+parallelism, are the library's one vocabulary for parallel sizes; the papers write t for tp
+and p for pp.
+
+- **tensor parallel** (``tp``, Shoeybi et al. 2019, *Megatron-LM*, §3): each layer's weight
+  matrices are split tp ways, so heads, key-value heads and the MLP width must divide by tp.
+- **pipeline parallel** (``pp``, Narayanan et al. 2021, §2.2): the layers split into pp stages,
+  with v chunks each when interleaved (§2.2.2).
+- **context parallel** (``cp``, Megatron-Core; Liu et al. 2023, *Ring Attention*): every
+  activation split along the sequence, in 2·cp chunks to balance causal attention.
+- **data parallel** (``dp``), with ZeRO over the **dp · cp** ranks that hold the same weights
+  (Megatron-Core's ``intra_dp_cp_group``).
+- **expert parallel** (``ep``, a mixture of experts only; Lepikhin et al. 2021, *GShard*;
+  Megatron-Core MoE): routed experts split ep ways inside the data-parallel group.
+
+:func:`layout_problems` lists every rule a layout breaks for a model (each a
+:class:`~trainmath.problems.Problem` naming its fields); :func:`validate` raises them at once;
+the run and the planner use the same rules. :class:`Batch` is the sequence length, the
+micro-batch and the global batch; :func:`microbatches` is Megatron-LM's m.
+
+>>> from trainmath.model.presets import preset
+>>> [p.message for p in layout_problems(preset("llama-3-8b"), Layout(tp=3))][:1]
+['heads 32 is not divisible by tp 3']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.shape import ModelShape
+from ..problems import Problem, check
+from ..units import positive_int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Sequence length s (None: activations are not counted), micro-batch b, sequences per step."""
+
+    seq_len: int | None = None
+    micro_batch: int = 1
+    #: sequences per optimizer step over all replicas; None: no micro-batch count, no bubble
+    global_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_len is not None:
+            object.__setattr__(self, "seq_len", positive_int("seq_len (s)", self.seq_len))
+        object.__setattr__(self, "micro_batch", positive_int("micro_batch (b)", self.micro_batch))
+        if self.global_batch is not None:
+            object.__setattr__(self, "global_batch",
+                               positive_int("global_batch (sequences per step)", self.global_batch))
+
+
+# -- layouts ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout: ``dp × tp × pp × cp`` GPUs, ``v`` model chunks per pipeline device.
+
+    ``sequence_parallel`` is Korthikanti et al. 2022's sequence parallelism inside the tensor
+    group (it changes activations and the shape of the TP traffic, not the weights). Every
+    degree is checked to be a positive whole number when the layout is made.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    v: int = 1
+    sequence_parallel: bool = False
+    #: expert-parallel size: a mixture of experts' routed experts split over ep of the dp
+    #: data-parallel ranks (it adds no GPUs), which ep must divide
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for name, what in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
+                           ("pp", "pipeline-parallel size"), ("cp", "context-parallel size"),
+                           ("v", "model chunks per pipeline device"),
+                           ("ep", "expert-parallel size")):
+            object.__setattr__(self, name, positive_int(f"{name} ({what})", getattr(self, name)))
+        object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
+        if self.dp % self.ep:
+            raise ValueError(f"ep (expert-parallel size) {self.ep} does not divide dp "
+                             f"{self.dp}: expert parallelism runs inside the data-parallel group "
+                             f"(Megatron-Core); accepted: a divisor of {self.dp}")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout needs: dp · tp · pp · cp."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def zero_group(self) -> int:
+        """Ranks that share (and shard) the same weights: dp · cp."""
+        return self.dp * self.cp
+
+    @property
+    def expert_zero_group(self) -> int:
+        """Ranks that hold the same experts and shard their states: dp · cp / ep."""
+        return self.dp * self.cp // self.ep
+
+    def describe(self) -> str:
+        """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus SP and interleaving when on)."""
+        gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
+        text = f"dp {self.dp} × tp {self.tp} × pp {self.pp} × cp {self.cp} = {gpus}"
+        if self.sequence_parallel:
+            text += ", sequence parallel"
+        if self.v > 1:
+            text += f", {self.v} chunks per pipeline device"
+        if self.ep > 1:
+            text += f", experts split ep {self.ep} ways within dp"
+        return text
+
+
+def layout(
+    dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1,
+    sequence_parallel: bool = False, ep: int = 1,
+) -> Layout:
+    """A :class:`Layout` with every degree checked to be a positive whole number.
+
+    >>> layout(dp=16, tp=8, pp=4).gpus
+    512
+    """
+    return Layout(dp, tp, pp, cp, v, sequence_parallel, ep)
+
+
+def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
+    """m, the micro-batches each pipeline runs per step: B / (dp · b), which must be whole.
+
+    Megatron-LM's count (its README: global batch size / (data-parallel size × micro-batch
+    size)), the m of Narayanan et al. 2021.
+
+    >>> microbatches(512, dp=16, micro_batch=1)
+    32
+    """
+    B = positive_int("global_batch (sequences per step)", global_batch)
+    d = positive_int("dp", dp)
+    b = positive_int("micro_batch (b)", micro_batch)
+    check(batch_problems(B, d, b))
+    return _microbatches(B, d, b)
+
+
+def _microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
+    """:func:`microbatches` on checked inputs."""
+    return global_batch // (dp * micro_batch)
+
+
+# -- the rules a layout keeps with a model and a batch, each written once ------------------------
+def tensor_split_problems(model: ModelShape, tp: int) -> list[Problem]:
+    """Heads, key-value heads and the MLP width must divide by tp: Megatron splits heads and
+    query groups whole, and the MLP by columns (Shoeybi et al. 2019, §3)."""
+    return [Problem((name, "tp"), f"{name} {value} is not divisible by tp {tp}")
+            for name, value in (("heads", model.heads), ("kv_heads", model.kv_heads),
+                                ("ffn", model.ffn)) if value % tp]
+
+
+def pipeline_split_problems(model: ModelShape, pp: int, v: int = 1) -> list[Problem]:
+    """The layers must divide by pp, and by pp·v when interleaved, which needs pp ≥ 2
+    (Narayanan et al. 2021, §2.2.2)."""
+    problems = []
+    if model.layers % pp:
+        problems.append(Problem(("layers", "pp"),
+                                f"layers {model.layers} is not divisible by pp {pp}"))
+    elif v > 1 and model.layers % (pp * v):
+        problems.append(Problem(("layers", "pp", "v"), f"layers {model.layers} is not divisible "
+                                f"by pp × v = {pp} × {v} = {pp * v}"))
+    if v > 1 and pp < 2:
+        problems.append(Problem(("v", "pp"), f"interleaving (v = {v}) needs pp ≥ 2, got pp {pp}"))
+    return problems
+
+
+def expert_problems(model: ModelShape, lay: Layout) -> list[Problem]:
+    """What expert parallelism cannot split: ep with a dense model, experts that ep does not
+    divide, an expert width that tp does not divide (Megatron-Core MoE)."""
+    problems = []
+    if lay.ep > 1 and not model.moe:
+        problems.append(Problem(("ep",), f"ep {lay.ep} needs a mixture of experts, and "
+                                f"{model.name} is dense (accepted: ep 1)"))
+    elif model.moe:
+        if model.experts % lay.ep:
+            problems.append(Problem(("experts", "ep"),
+                                    f"experts {model.experts} is not divisible by ep {lay.ep}"))
+        if model.expert_width % lay.tp:
+            problems.append(Problem(("expert_ffn", "tp"), f"expert ffn {model.expert_width} is "
+                                    f"not divisible by tp {lay.tp}"))
+    return problems
+
+
+def batch_problems(global_batch: int, dp: int, micro_batch: int) -> list[Problem]:
+    """The global batch must split into whole micro-batches over the dp replicas: a multiple of
+    dp · b (Megatron-LM's m = B / (dp · b))."""
+    if global_batch % (dp * micro_batch):
+        return [Problem(("global_batch", "dp", "micro_batch"),
+                        f"global batch {global_batch} is not divisible by dp × micro-batch = "
+                        f"{dp} × {micro_batch} = {dp * micro_batch}")]
+    return []
+
+
+def sequence_problems(seq_len: int, lay: Layout) -> list[Problem]:
+    """With cp > 1 the sequence must divide by 2·cp (Megatron-Core and Transformer Engine split it
+    into 2·cp chunks to balance causal attention); with sequence parallelism, by tp·cp."""
+    problems = []
+    if lay.cp > 1 and seq_len % (2 * lay.cp):
+        problems.append(Problem(("seq_len", "cp"),
+                                f"seq_len {seq_len} is not divisible by 2 × cp = {2 * lay.cp}"))
+    if lay.sequence_parallel and seq_len % (lay.tp * lay.cp):
+        problems.append(Problem(("seq_len", "tp", "cp"), f"seq_len {seq_len} is not divisible by "
+                                f"tp × cp = {lay.tp} × {lay.cp} = {lay.tp * lay.cp}"))
+    return problems
+
+
+def layout_problems(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+) -> list[Problem]:
+    """Every rule ``lay`` breaks for ``model`` (and the batch, sequence and GPU count when
+    given), under one heading that names the layout: :func:`tensor_split_problems`,
+    :func:`expert_problems`, :func:`pipeline_split_problems`, GPUs = dp·tp·pp·cp,
+    :func:`batch_problems`, :func:`sequence_problems`."""
+    problems = [*tensor_split_problems(model, lay.tp), *expert_problems(model, lay),
+                *pipeline_split_problems(model, lay.pp, lay.v)]
+    if gpus is not None:
+        g = positive_int("gpus", gpus)
+        if g != lay.gpus:
+            problems.append(Problem(("gpus", "dp", "tp", "pp", "cp"), f"gpus {g} ≠ dp × tp × pp × "
+                                    f"cp = {lay.dp} × {lay.tp} × {lay.pp} × {lay.cp} = {lay.gpus}"))
+    if global_batch is not None or micro_batch is not None:
+        if global_batch is None or micro_batch is None:
+            raise ValueError("give both global_batch and micro_batch, or neither")
+        problems += batch_problems(positive_int("global_batch (sequences per step)", global_batch),
+                                   lay.dp, positive_int("micro_batch (b)", micro_batch))
+    if seq_len is not None:
+        problems += sequence_problems(positive_int("seq_len (s)", seq_len), lay)
+    heading = f"invalid layout ({lay.describe()}) for {model.name}"
+    return [p.under(heading) for p in problems]
+
+
+def validate(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    micro_batch: int | None = None,
+    seq_len: int | None = None,
+) -> Layout:
+    """``lay`` if it can run ``model``; else one :class:`~trainmath.problems.Invalid` (a
+    ValueError) listing every rule of :func:`layout_problems` it breaks, each message naming
+    the numbers."""
+    check(layout_problems(model, lay, gpus=gpus, global_batch=global_batch,
+                          micro_batch=micro_batch, seq_len=seq_len))
+    return lay

@@ -1,0 +1,173 @@
+"""What the planner found: every layout and setting it considered (:class:`Candidate`, with
+the reason it was kept or dropped), and the ranking of those that fit (:class:`Plan`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from ..memory.recipes import peak_precision, recipe
+from ..memory.training import Training
+from ..model.shape import ModelShape
+from ..parallel.layout import Layout
+from ..time.step import Overlap, RingLatency, StepTime
+from ..units import Bytes
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout and setting the planner considered, and what became of it.
+
+    ``status`` is ``"kept"`` (valid, fits, the fastest setting of its grid), or ``"dropped"``;
+    ``reason`` says why in words. ``time`` is None for a layout that is not valid, ``peak``
+    None when the memory was not estimated (the reason says what made that unnecessary).
+    """
+
+    layout: Layout
+    zero_stage: int | None
+    recompute: str | None
+    micro_batch: int | None
+    status: str
+    reason: str
+    time: StepTime | None = None
+    peak: Bytes | None = None
+    mfu: float | None = None
+    tokens_per_second: float | None = None
+    rank: int | None = None
+
+    @property
+    def grid(self) -> tuple[int, int, int, int]:
+        """(dp, tp, pp, cp); the expert-parallel size ``layout.ep`` is a setting within it."""
+        lay = self.layout
+        return lay.dp, lay.tp, lay.pp, lay.cp
+
+    @property
+    def fits(self) -> bool:
+        """Whether it was kept: valid and within the usable memory."""
+        return self.status == "kept"
+
+    def describe(self) -> str:
+        """``"dp 16 × tp 8 × pp 4 × cp 1, v 5, ZeRO-1, recompute none, b 1"``."""
+        lay = self.layout
+        text = f"dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}"
+        if lay.ep > 1:
+            text += f" (ep {lay.ep})"
+        if self.zero_stage is None:
+            return text
+        if lay.v > 1:
+            text += f", v {lay.v}"
+        return text + f", ZeRO-{self.zero_stage}, recompute {self.recompute}, b {self.micro_batch}"
+
+    def to_dict(self) -> dict:
+        """This candidate as the JSON of ``trainmath plan --json`` lists it."""
+        lay, t = self.layout, self.time
+        return {
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "v": lay.v,
+            "sequence_parallel": lay.sequence_parallel, "zero": self.zero_stage,
+            "recompute": self.recompute, "micro_batch": self.micro_batch,
+            "status": self.status, "reason": self.reason, "rank": self.rank,
+            "peak_bytes": None if self.peak is None else math.ceil(self.peak.n),
+            "step_seconds": None if t is None else t.total,
+            "time": None if t is None else {
+                "compute": t.compute, "recompute": t.recompute, "bubble": t.bubble,
+                "tp": t.tp, "cp": t.cp, "pp": t.pp, "dp": t.dp, "ep": t.ep},
+            "mfu": self.mfu, "tokens_per_second": self.tokens_per_second,
+            "limit": None if t is None else t.limit,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`~trainmath.planner.search.plan` found: the inputs, the ranking and every candidate considered."""
+
+    model: ModelShape
+    gpu: str
+    gpus: int
+    node_gpus: int
+    seq_len: int
+    global_batch: int
+    training: Training
+    memory: Bytes
+    achievable: float
+    nvlink: float
+    network: float
+    overlap: Overlap
+    #: the fastest fitting setting of each grid, fastest first (rank 1 first)
+    ranking: tuple[Candidate, ...]
+    #: every candidate, in the order considered
+    candidates: tuple[Candidate, ...]
+    #: the layout given with ``layout=``, scored and placed in the ranking (None if not given)
+    user: Candidate | None = None
+    assumed: tuple[str, ...] = field(default=())
+    #: the collectives' latency charged (None: bandwidth only)
+    latency: RingLatency | None = None
+
+    @property
+    def precision(self) -> str:
+        """The tensor-core precision the step is timed at and MFU is measured against: the
+        recipe's (:func:`trainmath.memory.recipes.peak_precision`)."""
+        return peak_precision(recipe(self.training.recipe))
+
+    @property
+    def best(self) -> Candidate:
+        """The fastest layout that fits."""
+        return self.ranking[0]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Global batch × sequence length."""
+        return self.global_batch * self.seq_len
+
+    def rank_of(self, dp: int, tp: int, pp: int, cp: int = 1) -> int | None:
+        """The rank (1 = fastest) of the grid dp × tp × pp × cp, or None if no setting fits."""
+        for c in self.ranking:
+            if c.grid == (dp, tp, pp, cp):
+                return c.rank
+        return None
+
+    def explain(self, top: int = 10) -> list[str]:
+        """For the best layout, why each other layout of the first ``top`` lost, one line each."""
+        best = self.best
+        lines = [f"best: {best.describe()}: {best.time.total:.2f} s per step, "
+                 f"{best.peak.format('GB', 1)} peak, limited by {best.time.limit}"]
+        b = best.time
+        for c in self.ranking[1:top]:
+            t = c.time
+            diffs = {
+                "compute (recomputation)": t.compute - b.compute, "bubble": t.bubble - b.bubble,
+                "tp comm": t.tp - b.tp, "cp comm": t.cp - b.cp, "pp comm": t.pp - b.pp,
+                "dp comm": t.dp - b.dp,
+            }
+            worst = sorted(((v, k) for k, v in diffs.items() if v > 0), reverse=True)[:2]
+            why = " and ".join(f"{k} +{v:.2f} s" for v, k in worst) or "equal time, more memory"
+            lines.append(f"#{c.rank} {c.describe()}: {t.total - b.total:+.2f} s per step: {why}")
+        return lines
+
+    def to_dict(self) -> dict:
+        """The plan as ``trainmath plan --json`` prints it: inputs, ranking, every candidate."""
+        return {
+            "inputs": {
+                "model": self.model.name, "gpu": self.gpu, "gpus": self.gpus,
+                "node_gpus": self.node_gpus, "seq_len": self.seq_len,
+                "global_batch": self.global_batch, "recipe": self.training.recipe,
+                "implementation": self.training.implementation,
+                "optimizer": self.training.optimizer,
+                "usable_memory_bytes": math.ceil(self.memory.n),
+                "achievable": self.achievable, "nvlink_bytes_per_s": self.nvlink,
+                "network_bytes_per_s": self.network,
+                "overlap": {"dp": self.overlap.dp, "tp": self.overlap.tp,
+                            "pp": self.overlap.pp, "cp": self.overlap.cp},
+                "latency": None if self.latency is None else {
+                    "base_s": self.latency.base, "nvlink_step_s": self.latency.nvlink,
+                    "network_step_s": self.latency.network, "source": self.latency.source},
+            },
+            "ranking": [c.to_dict() for c in self.ranking],
+            "user_layout": None if self.user is None else self.user.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+    def to_json(self) -> str:
+        """:meth:`to_dict`, indented by two spaces."""
+        return json.dumps(self.to_dict(), indent=2)

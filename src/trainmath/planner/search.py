@@ -1,0 +1,444 @@
+"""Plan a training run: every parallel layout that fits, ranked by predicted step time.
+
+The reverse of :func:`trainmath.runs.estimates.estimate`: given a model, a GPU kind and count,
+a sequence length and a global batch, :func:`plan` enumerates the layouts dp × tp × pp × cp
+(the *grid*) with every expert-parallel degree a mixture allows, and for each grid the
+*settings*: ZeRO stage (or FSDP, the ``fsdp2`` recipe), recomputation, micro-batch size b and
+interleaving v. A grid that breaks a rule of :func:`trainmath.parallel.layout.layout_problems`
+or of the run (:mod:`trainmath.runs.rules`) is dropped with that rule's words. The valid ones
+are ranked by :func:`trainmath.time.step.step_time` and kept if their step peak
+(``estimate(run).peak``, :mod:`trainmath.memory.peak`) fits the GPU's usable memory.
+
+Within a grid the settings are timed first (arithmetic only), then checked for memory in order
+of time, fastest first, until one fits: that one represents the grid in the ranking. A setting
+that needs at least as much memory as one that did not fit (same v, a larger b, a lower ZeRO
+stage, less recomputation) is dropped without an estimate, and a setting slower than the grid's
+winner is dropped as slower; every candidate carries the reason it was kept or dropped. Settings
+are pruned by rules that hold in this model: with pp > 1 a larger micro-batch only lengthens the
+bubble, and it changes nothing with ZeRO-0 or 1 at pp = 1, so b > 1 is considered only for
+ZeRO-2 and 3 at pp = 1, whose traffic falls as m does; ZeRO-2 and 3 are not combined with
+pipelines (DeepSpeed refuses them); selective recomputation is skipped with FlashAttention,
+where it saves nothing (Korthikanti et al. 2022, §5, drop only the s×s tensors that
+FlashAttention never stores). Sequence parallelism is on whenever tp > 1 (Korthikanti et al.
+2022, §4.2.2: less memory, the same volume in the paper's count).
+
+>>> p = plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64)
+>>> best = p.best
+>>> best.layout.describe(), best.zero_stage, best.fits
+('dp 8 × tp 1 × pp 1 × cp 1 = 8 GPUs', 3, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from ..hardware import INTERCONNECTS, gpu as accelerator, interconnect
+from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
+from ..memory.kernels import context_parallel_problems
+from ..memory.training import Training
+from ..model.presets import preset
+from ..model.shape import ModelShape
+from ..parallel.layout import (Batch, Layout, batch_problems, expert_problems,
+                               pipeline_split_problems, sequence_problems, tensor_split_problems)
+from ..problems import Problem, check, describe
+from ..runs.description import Gpu, Run
+from ..runs.estimates import _peak
+from ..runs.rules import fsdp2_problems, positions_problems
+from ..time.flops import flops_per_token
+from ..time.step import ACHIEVABLE, Overlap, RingLatency, step_time
+from ..units import Bytes, positive_int
+from .candidates import Candidate, Plan
+
+
+def ep_candidates(model: ModelShape, dp: int) -> tuple[int, ...]:
+    """Expert-parallel degrees to try with ``dp`` data-parallel ranks: (1,) for a dense model;
+    for a mixture of experts every common divisor of dp and the expert count (expert
+    parallelism runs inside the data-parallel group and adds no GPUs, as in Megatron-Core:
+    :class:`trainmath.parallel.layout.Layout`).
+
+    >>> from trainmath.model.presets import preset
+    >>> ep_candidates(preset("mixtral-8x7b"), 16), ep_candidates(preset("llama-3-8b"), 16)
+    ((1, 2, 4, 8), (1,))
+    """
+    if model.experts <= 1:
+        return (1,)
+    return tuple(d for d in _divisors(dp) if model.experts % d == 0)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _grids(n: int) -> list[tuple[int, int, int, int]]:
+    """Every (dp, tp, pp, cp) with dp · tp · pp · cp = n (an ep degree divides n first)."""
+    return [(n // (tp * cp * pp), tp, pp, cp) for tp in _divisors(n) for cp in _divisors(n // tp)
+            for pp in _divisors(n // (tp * cp))]
+
+
+# -- the search ----------------------------------------------------------------------------------
+_RECOMPUTE_MEMORY = {"none": 0, "selective": 1, "full": 2}  # more recomputation, less memory
+
+
+@dataclass(frozen=True)
+class Search:
+    """What one plan searches over, checked: the model, the GPUs and their links, the sequence
+    and batch, the training setup resolved once, and the step-time model's assumptions."""
+
+    model: ModelShape
+    gpu: str
+    gpus: int
+    node_gpus: int
+    seq_len: int
+    global_batch: int
+    training: Training
+    device: Gpu
+    achievable: float
+    nvlink: float
+    network: float
+    overlap: Overlap
+    tp_across_nodes: bool
+    cp_across_nodes: bool
+    max_interleave: int
+    latency: RingLatency | None
+
+    @property
+    def peak(self) -> float:
+        """One GPU's dense peak FLOP/s in the recipe's precision: what MFU is measured against."""
+        return accelerator(self.gpu).peak(peak_precision(_recipe(self.training.recipe))).flops
+
+    def time(self, lay: Layout, *, zero_stage: int, recompute: str, micro_batch: int):
+        """:func:`trainmath.time.step.step_time` of one layout and setting."""
+        return step_time(self.model, lay, seq_len=self.seq_len, global_batch=self.global_batch,
+                         micro_batch=micro_batch, zero_stage=zero_stage, recompute=recompute,
+                         recipe=self.training.recipe, gpu=self.gpu, node_gpus=self.node_gpus,
+                         achievable=self.achievable, nvlink=self.nvlink, network=self.network,
+                         overlap=self.overlap, latency=self.latency)
+
+
+def _span_problems(s: Search, lay: Layout) -> list[Problem]:
+    """tp, and tp × cp, stay inside a node unless the search allows otherwise."""
+    problems = []
+    if not s.tp_across_nodes and lay.tp > s.node_gpus:
+        problems.append(Problem(("tp", "gpus_per_node"),
+                                f"tp {lay.tp} spans nodes of {s.node_gpus} GPUs"))
+    if not s.cp_across_nodes and lay.tp * lay.cp > s.node_gpus:
+        problems.append(Problem(("tp", "cp", "gpus_per_node"),
+                                f"tp × cp = {lay.tp * lay.cp} spans nodes of {s.node_gpus} GPUs"))
+    return problems
+
+
+def _grid_problems(s: Search, lay: Layout) -> list[Problem]:
+    """Every rule one grid breaks: the layout's and the run's own rules, and the search's."""
+    model, t = s.model, s.training
+    return [*tensor_split_problems(model, lay.tp), *expert_problems(model, lay),
+            *pipeline_split_problems(model, lay.pp, lay.v),
+            *batch_problems(s.global_batch, lay.dp, 1), *sequence_problems(s.seq_len, lay),
+            *context_parallel_problems(lay.cp, t.attention), *_span_problems(s, lay),
+            *fsdp2_problems(t.recipe, lay)]
+
+
+def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], list[tuple[tuple, str]]]:
+    """(v, zero, recompute, b) to time for one grid, and those pruned by rule with the rule."""
+    dp, pp = lay.dp, lay.pp
+    stages = _recipe(s.training.recipe).stages
+    flash = s.training.attention == "flash"
+    per_replica = s.global_batch // dp
+    vs = [1] if pp == 1 else [v for v in _divisors(s.model.layers // pp) if v <= s.max_interleave]
+    zeros = [z for z in stages if pp == 1 or z <= 1]
+    recomputes = ["none", "full"] if flash else ["none", "selective", "full"]
+    keep, pruned = [], []
+    for v in vs:
+        for z in (stages if pp == 1 else sorted(set(stages))):
+            for rc in recomputes:
+                if z not in zeros:
+                    pruned.append(((v, z, rc, 1), "ZeRO-2 and 3 are not combined with pipeline "
+                                                  "parallelism (DeepSpeed refuses them)"))
+                    continue
+                bs = [b for b in _divisors(per_replica) if b <= 16] if (pp == 1 and z >= 2) else [1]
+                for b in bs:
+                    keep.append((v, z, rc, b))
+    if flash:
+        pruned.append(((None, None, "selective", None), "selective recomputation saves nothing "
+                                                       "with flash attention"))
+    return keep, pruned
+
+
+def _parse_layout(text: str) -> dict[str, int]:
+    """``"dp=16,tp=8,pp=4"`` (also v, zero, recompute, b) as a dict of the given keys."""
+    allowed = ("dp", "tp", "pp", "cp", "ep", "v", "zero", "b", "recompute")
+    out: dict = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in allowed:
+            raise ValueError(f"layout part {part!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(allowed)}; e.g. dp=16,tp=8,pp=4")
+        if key == "recompute":
+            out[key] = value.strip()
+        else:
+            try:
+                out[key] = positive_int(key, int(value)) if key != "zero" else int(value)
+            except ValueError:
+                raise ValueError(f"layout {key}={value!r}: accepted a positive whole number") from None
+    return out
+
+
+def plan(
+    model: ModelShape | str,
+    *,
+    gpu: str,
+    gpus: int,
+    seq_len: int,
+    global_batch: int,
+    node_gpus: int | None = None,
+    recipe: str | None = None,
+    implementation: str | None = None,
+    optimizer: str = "adamw",
+    gpu_memory: Bytes | None = None,
+    achievable: float = ACHIEVABLE,
+    nvlink: float | None = None,
+    network: float | None = None,
+    overlap: Overlap = Overlap(),
+    tp_across_nodes: bool = False,
+    cp_across_nodes: bool = False,
+    max_interleave: int = 8,
+    layout: str | dict | None = None,
+    latency: RingLatency | None = None,
+) -> Plan:
+    """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
+
+    ``node_gpus``, ``nvlink`` and ``network`` (bytes/s per GPU, each way) default to
+    :data:`~trainmath.hardware.INTERCONNECTS`; ``achievable`` to :data:`~trainmath.time.step.ACHIEVABLE`; ``recipe`` and
+    ``implementation`` to what the model is commonly trained with (:class:`~trainmath.runs.description.Run`).
+    tp and tp × cp stay within a node unless ``tp_across_nodes`` / ``cp_across_nodes``.
+    ``layout`` ("dp=16,tp=8,pp=4", optionally with v, zero, recompute, b) is scored and placed in
+    the ranking as :attr:`~trainmath.planner.candidates.Plan.user`. ``latency`` (e.g. :data:`~trainmath.time.step.NCCL_RING`) adds each
+    collective's latency to the traffic's time; None (the default) charges bandwidth only.
+    A ValueError says what would work when nothing does.
+
+    A plan is immutable and depends only on these arguments: it is memoised on them (the
+    published-run checks of the tests and of the how-to page share one computation).
+    """
+    args = (model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+            gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+            max_interleave, tuple(layout.items()) if isinstance(layout, dict) else layout,
+            latency)
+    try:
+        hash(args)
+    except TypeError:  # an unhashable argument: no memo, the checks below say what is wrong
+        return _plan(*args)
+    return _memo(*args)
+
+
+@lru_cache(maxsize=64, typed=True)  # typed: 1, 1.0 and True are different inputs
+def _memo(*args) -> Plan:
+    return _plan(*args)
+
+
+def _search(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+            gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+            max_interleave, latency) -> tuple[Search, tuple[str, ...]]:
+    """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
+    if isinstance(model, str):
+        model = preset(model)
+    if not isinstance(model, ModelShape):
+        raise ValueError(f"plan needs a model shape (a ModelShape or a preset name), got {model!r}")
+    key = accelerator(gpu).key  # aliases as every entry point accepts them
+    n = positive_int("gpus", gpus)
+    s = positive_int("seq_len (s)", seq_len)
+    B = positive_int("global_batch (sequences per step)", global_batch)
+    net = interconnect(key)
+    node = net.node_gpus if node_gpus is None else positive_int("node_gpus", node_gpus)
+    nvlink = net.nvlink if nvlink is None else _rate("nvlink", nvlink)
+    network = net.network if network is None else _rate("network", network)
+    if isinstance(achievable, bool) or not isinstance(achievable, (int, float)) \
+            or not 0 < achievable <= 1:
+        raise ValueError(f"achievable must be a fraction in (0, 1], got {achievable!r}")
+    if not isinstance(overlap, Overlap):
+        raise ValueError(f"overlap must be an Overlap, got {overlap!r}")
+    if latency is not None and not isinstance(latency, RingLatency):
+        raise ValueError(f"latency must be a RingLatency (e.g. NCCL_RING) or None, got {latency!r}")
+    max_v = positive_int("max_interleave", max_interleave)
+    check(positions_problems(model, s))
+    device = Gpu(gpu_memory, key)
+    # the training setup, resolved once (the Run fills what is None from the model's defaults)
+    probe = Run(model, Training(recipe=recipe, implementation=implementation, optimizer=optimizer),
+                gpu=device)
+    t0 = probe.training
+    r = _recipe(t0.recipe)
+    check(peak_precision_problems(r) or accelerator(key).peak_problems(peak_precision(r)))
+    return Search(model=model, gpu=key, gpus=n, node_gpus=node, seq_len=s, global_batch=B,
+                  training=t0, device=device, achievable=float(achievable), nvlink=float(nvlink),
+                  network=float(network), overlap=overlap, tp_across_nodes=tp_across_nodes,
+                  cp_across_nodes=cp_across_nodes, max_interleave=max_v, latency=latency), probe.assumed
+
+
+def _plan(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
+          gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
+          max_interleave, layout, latency) -> Plan:
+    """:func:`plan`, not memoised."""
+    s, assumed = _search(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe,
+                         implementation, optimizer, gpu_memory, achievable, nvlink, network,
+                         overlap, tp_across_nodes, cp_across_nodes, max_interleave, latency)
+    wanted = None if layout is None else (_parse_layout(layout) if isinstance(layout, str)
+                                          else dict(layout))
+    candidates: list[Candidate] = []
+    winners: list[Candidate] = []
+    grids = [(g, ep) for g in _grids(s.gpus) for ep in ep_candidates(s.model, g[0])]
+    for (dp, tp, pp, cp), ep in grids:
+        lay = Layout(dp, tp, pp, cp, 1, tp > 1, ep)
+        problems = _grid_problems(s, lay)
+        if problems:
+            candidates.append(Candidate(lay, None, None, None, "dropped",
+                                        "invalid: " + describe(problems)))
+            continue
+        winner = _search_grid(s, lay, candidates)
+        if winner is not None:
+            winners.append(winner)
+    winners.sort(key=_rank_key)
+    ranking = tuple(replace(c, rank=i + 1) for i, c in enumerate(winners))
+    ranked = {id(c): rc for c, rc in zip(winners, ranking)}
+    candidates = [ranked.get(id(c), c) for c in candidates]
+    user = None if wanted is None else _score_user(s, wanted, ranking)
+    if not ranking:
+        raise ValueError(_nothing_fits(s, candidates))
+    return Plan(model=s.model, gpu=s.gpu, gpus=s.gpus, node_gpus=s.node_gpus, seq_len=s.seq_len,
+                global_batch=s.global_batch, training=s.training, memory=s.device.memory,
+                achievable=s.achievable, nvlink=s.nvlink, network=s.network, overlap=s.overlap,
+                ranking=ranking, candidates=tuple(candidates), user=user, assumed=assumed,
+                latency=s.latency)
+
+
+def _rate(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of bytes per second, got {value!r}")
+    return float(value)
+
+
+def _rank_key(c: Candidate):
+    return (c.time.total, c.peak.n)
+
+
+def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | None:
+    """Time every setting of one grid, then check memory fastest first until one fits."""
+    settings, pruned = _settings(s, lay)
+    for (v, z, rc, b), why in pruned:
+        out.append(Candidate(replace(lay, v=v or 1), z, rc, b, "dropped", why))
+    timed = []
+    for v, z, rc, b in settings:
+        lv = replace(lay, v=v)
+        t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
+        # ties: less memory first (higher ZeRO stage, more recomputation, smaller b)
+        timed.append((t.total, -z, -_RECOMPUTE_MEMORY[rc], b, v, lv, z, rc, t))
+    timed.sort(key=lambda x: x[:5])
+    failed: list[tuple[int, int, str, int]] = []
+    winner = None
+    memory = s.device.memory
+    for total, _, _, b, v, lv, z, rc, t in timed:
+        if winner is not None:
+            out.append(Candidate(lv, z, rc, b, "dropped",
+                                 f"slower than {winner.describe()}, which fits", t))
+            continue
+        implied = next((f for f in failed if f[0] == v and z <= f[1]
+                        and _RECOMPUTE_MEMORY[rc] <= _RECOMPUTE_MEMORY[f[2]] and b >= f[3]), None)
+        if implied is not None:
+            fv, fz, frc, fb = implied
+            out.append(Candidate(lv, z, rc, b, "dropped",
+                                 f"does not fit: needs at least the memory of ZeRO-{fz}, "
+                                 f"recompute {frc}, b {fb}, which does not fit", t))
+            continue
+        peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
+        if peak > memory:
+            failed.append((v, z, rc, b))
+            out.append(Candidate(lv, z, rc, b, "dropped",
+                                 f"does not fit: peak {peak.format('GB', 1)} > "
+                                 f"{memory.format('GB', 1)} usable", t, peak))
+            continue
+        winner = _scored(s, lv, z, rc, b, t, peak, "kept", "fits; the fastest setting of this layout")
+        out.append(winner)
+    return winner
+
+
+def _scored(s: Search, lay, z, rc, b, t, peak, status, reason) -> Candidate:
+    f = flops_per_token(s.model, s.seq_len)
+    tps = s.global_batch * s.seq_len / t.total
+    mfu = tps * f.model / (lay.gpus * s.peak)
+    return Candidate(lay, z, rc, b, status, reason, t, peak, mfu, tps)
+
+
+@lru_cache(maxsize=8192)
+def _estimate(s: Search, lay: Layout, *, micro_batch: int, zero_stage: int, recompute: str):
+    """The step's peak of ``estimate(run)`` (:class:`~trainmath.memory.peak.StepPeak`) for one
+    setting: only the pipeline stages that can hold the peak are built."""
+    training = replace(s.training, zero_stage=zero_stage, recompute=recompute)
+    return _peak(Run(s.model, training, lay, Batch(s.seq_len, micro_batch, s.global_batch),
+                     s.device))
+
+
+def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Candidate:
+    """The user's layout, with its fastest fitting setting unless the setting is given."""
+    dp, tp = wanted.get("dp", 1), wanted.get("tp", 1)
+    pp, cp = wanted.get("pp", 1), wanted.get("cp", 1)
+    lay = Layout(dp, tp, pp, cp, wanted.get("v", 1), tp > 1, wanted.get("ep", 1))
+    if lay.gpus != s.gpus:
+        raise ValueError(f"layout {lay.describe()} does not use the {s.gpus} GPUs planned for; "
+                         f"accepted: dp × tp × pp × cp = {s.gpus}")
+    problems = _grid_problems(s, replace(lay, v=1))
+    if "b" in wanted:
+        problems += batch_problems(s.global_batch, dp, wanted["b"])
+    if problems:
+        raise ValueError(f"layout {lay.describe()} cannot run {s.model.name}: " + describe(problems))
+    given = [k for k in ("v", "zero", "recompute", "b") if k in wanted]
+    if not given:
+        for c in ranking:
+            if c.grid == (dp, tp, pp, cp) and ("ep" not in wanted or c.layout.ep == lay.ep):
+                return replace(c, reason=f"your layout: rank {c.rank} of {len(ranking)}")
+    zs = [wanted["zero"]] if "zero" in wanted else list(_recipe(s.training.recipe).stages)
+    rcs = [wanted["recompute"]] if "recompute" in wanted else ["none", "selective", "full"]
+    bs = [wanted["b"]] if "b" in wanted else [1]
+    vs = [lay.v] if "v" in wanted else [1]
+    memory = s.device.memory
+    best = None
+    for v in vs:
+        for z in zs:
+            for rc in rcs:
+                for b in bs:
+                    lv = replace(lay, v=v)
+                    t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
+                    peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
+                    if best is None or (peak <= memory, -t.total) > best[0]:
+                        best = ((peak <= memory, -t.total), lv, z, rc, b, t, peak)
+    _, lv, z, rc, b, t, peak = best
+    fits = peak <= memory
+    place = 1 + sum(1 for c in ranking if c.time.total < t.total and c.grid != (dp, tp, pp, cp))
+    reason = (f"your layout: fits, would rank {place} of {len(ranking)}" if fits else
+              f"your layout: does not fit, peak {peak.format('GB', 1)} > "
+              f"{memory.format('GB', 1)} usable")
+    return _scored(s, lv, z, rc, b, t, peak, "kept", reason) if fits else \
+        Candidate(lv, z, rc, b, "dropped", reason, t, peak)
+
+
+def _nothing_fits(s: Search, candidates: list[Candidate]) -> str:
+    """The message when no layout is left: what would work."""
+    model, n, B = s.model, s.gpus, s.global_batch
+    valid = [c for c in candidates if not c.reason.startswith("invalid")]
+    if not valid:
+        def runnable(g: int) -> bool:
+            relaxed = replace(s, gpus=g, tp_across_nodes=False, cp_across_nodes=False)
+            return any(not _grid_problems(relaxed, Layout(d, t, p, c, 1, t > 1))
+                       for d, t, p, c in _grids(g))
+        below = next((g for g in range(n - 1, 0, -1) if runnable(g)), None)
+        above = next((g for g in range(n + 1, 4 * n + 1) if runnable(g)), None)
+        near = " or ".join(str(g) for g in (below, above) if g is not None)
+        return (f"no layout of {n} GPUs can run {model.name} with global batch {B} and seq_len "
+                f"{s.seq_len}: every split breaks a rule (e.g. {candidates[0].reason[9:]}); a "
+                f"layout needs dp to divide the batch, tp the heads ({model.heads}) and kv_heads "
+                f"({model.kv_heads}), pp the layers ({model.layers}); accepted: "
+                + (f"{near} GPUs" if near else "another GPU count or global batch"))
+    smallest = min((c for c in valid if c.peak is not None), key=lambda c: c.peak.n, default=None)
+    hint = "" if smallest is None else (f"; the smallest peak found is "
+                                        f"{smallest.peak.format('GB', 1)} ({smallest.describe()})")
+    return (f"no layout of {n} {s.gpu} GPUs fits {model.name} in {s.device.memory.format('GB', 1)} "
+            f"per GPU at seq_len {s.seq_len}{hint}; accepted: more GPUs, a shorter sequence, "
+            "a GPU with more memory, or tp/cp across nodes")

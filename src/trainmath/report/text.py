@@ -1,0 +1,228 @@
+"""An estimate and a plan as ``trainmath estimate`` and ``trainmath plan`` print them: the
+per-device table in GB with GiB beside, the step's peak, whether it fits, the sources; the
+ranking table with the assumptions behind its times.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..hardware import gpu
+from ..memory.finetune import describe, share
+from ..memory.recipes import recipe
+from ..memory.sharding import OFFLOAD_ALIASES
+from ..model.moe import active_params
+from ..model.presets import preset_like
+from ..runs.estimates import Estimate
+from ..units import Bytes
+
+
+# -- output ---------------------------------------------------------------------------------------
+def render(est: Estimate) -> str:
+    """The readable table: per device, GB with GiB beside, the step's peak, what fits, sources."""
+    r, lay, t, batch, shape = est.run, est.run.layout, est.run.training, est.run.batch, est.run.shape
+    name = "--params" if shape is None else shape.name
+    lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
+             f"({t.optimizer_impl} step), ZeRO stage {t.zero_stage}"]
+    if shape is not None and shape.moe:
+        lines.append(f"mixture of experts: {shape.experts} experts, top {shape.experts_per_token}"
+                     + (f", {shape.shared_experts} shared" if shape.shared_experts else "")
+                     + f"; {active_params(shape):,} parameters active per token")
+    if r.assumed:
+        given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
+                 "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
+        if r.adapter is not None:  # what peft and transformers do, not how the preset was trained
+            given["recipe"] = f"the adapter in {t.recipe}, as peft keeps it"
+            given["implementation"] = f"Hugging Face's kernels {t.implementation}"
+        like = None if shape is None else preset_like(shape)
+        how = ("no shape" if shape is None else "not a preset" if like is None
+               else f"as {like} is commonly trained" if like == shape.name
+               else f"the shape of {like}, as it is commonly trained")
+        if r.adapter is not None:
+            how = "as peft and transformers fine-tune"
+        lines.append(f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed))
+    st = est.adapter_states
+    if st is not None:
+        base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
+                else "frozen in 16-bit")
+        lines.append(f"fine-tuning: {describe(r.adapter)}: {st.trainable:,} trainable "
+                     f"parameters ({float(share(st.trainable, shape)):.2%}), the base "
+                     f"{base}, with no gradients or optimizer states")
+    lines.append(f"layout: {lay.describe()}")
+    if batch.seq_len is not None and shape is not None:
+        kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
+        cast = ", autocast" if recipe(t.recipe).autocast else ""
+        lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
+                     f"{t.recompute}, {t.implementation} kernels ({t.attention} attention"
+                     f"{kernel}{cast})")
+    if est.microbatches is not None:
+        lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
+                     f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")
+    where = f" (pipeline stage {est.pipeline_stage}, the fullest)" if lay.pp > 1 else ""
+    lines.append(f"per device{where}:")
+
+    def row(label: str, amount: Bytes) -> str:
+        whole = Bytes(math.ceil(amount.n))  # the whole bytes --json reports
+        return f"  {label:<17}{whole.format('GB', 2):>12}  {whole.format('GiB', 2):>12}"
+
+    for label, amount in [*est.parts().items(), ("total", est.total)]:
+        if amount is None:
+            why = "needs a model shape" if shape is None else "needs --seq-len"
+            lines.append(f"  {label:<17}{'not counted':>12}   ({why})")
+            continue
+        lines.append(row(label, amount))
+        if label == "weights" and st is not None:
+            lines.append(row("  frozen base", st.frozen_weights))
+            lines.append(row("  adapter", st.adapter_weights))
+    if est.layer is not None:
+        layer = Bytes(math.ceil(est.layer.korthikanti.n))
+        lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
+                     "2022 count)")
+        if lay.pp == 1:
+            lines.append(f"  all {shape.layers} layers keep {(layer * shape.layers).format('GB', 2)}; "
+                         "the embedding, the loss and norm statistics make up the rest")
+    top = est.peak.peak
+    stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""
+    lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
+    lines.append(f"  at {top.when}")
+    cache = dict(top.parts).get("fp8 weight copies")
+    if cache is not None:
+        lines.append(row("  fp8 copies", cache) + "   (in the peak: each linear weight in "
+                     "fp8 and transposed, cached by Transformer Engine)")
+    lines.extend(_gathered_lines(est, row))
+    if est.gathered is None and t.zero_stage == 3 and shape is None:
+        lines.append(f"  {'gathered units':<17}{'not counted':>12}   (needs a model shape: a "
+                     "unit is a layer)")
+    if est.overhead.n or r.gpu is not None:
+        what = ("--overhead: CUDA context, workspaces, NCCL buffers, fragmentation"
+                if est.overhead.n else "none given: see --overhead")
+        lines.append(row("overhead", est.overhead) + f"   ({what})")
+        if est.overhead.n:
+            lines.append(row("peak + overhead", est.needed))
+    if r.gpu is not None:
+        capacity = Bytes(math.ceil(r.gpu.memory.n))
+        peak = Bytes(math.ceil(top.total.n)) + Bytes(math.ceil(est.overhead.n))
+        where = str(capacity)
+        if r.gpu.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
+            where = (f"one {r.gpu.name} ({capacity.format('MiB', 0)} = "
+                     f"{capacity.format('GB', 2)}, as nvidia-smi reports it)")
+            if r.gpu.memory != gpu(r.gpu.kind).memory.usable:
+                where = f"one {r.gpu.name} with {capacity} (--gpu-memory)"
+        at = "the peak" + (" with the overhead" if est.overhead.n else "")
+        if est.fits:
+            lines.append(f"fits in {where}: yes, {(capacity - peak).format('GB', 2)} to spare "
+                         f"at {at}")
+        else:
+            lines.append(f"fits in {where}: no, {(peak - capacity).format('GB', 2)} over at {at}")
+    lines.extend(_host_lines(est))
+    lines.extend(_time_lines(est))
+    lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
+    lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
+    lines.append("  trainmath.peak; all checked against PyTorch (the How we know page).")
+    if r.adapter is not None:
+        lines.append("  fine-tuning: Hu et al. 2021 (LoRA) §4.1, Dettmers et al. 2023 (QLoRA) §3;")
+        lines.append("  checked against peft (the Fine-tuning page).")
+    lines.append("  GB = 10^9 bytes, GiB = 2^30 bytes")
+    return "\n".join(lines)
+
+
+def _gathered_lines(est: Estimate, row) -> list[str]:
+    """ZeRO-3/FSDP's unsharded units: what the peak holds, how many units of what size."""
+    g = est.gathered
+    if g is None:
+        return []
+    units, held = est.gathered_at_peak()
+    fsdp2 = est.training.recipe == "fsdp2"
+    root = "the root unit" if fsdp2 else "the LM head"
+    with_root = f" + {root}" if g.root.n and held.n else ""
+    plural = "s" if units != 1 else ""
+    lines = [row("gathered units", held) + f"   (in the peak: {units} layer unit{plural}{with_root})"]
+    size = f"  ZeRO-3 units: a decoder layer, {Bytes(math.ceil(g.layer.n)).format('GB', 2)}"
+    if g.root.n:
+        what = " (embedding, final norm, LM head)" if fsdp2 else ""
+        size += f"; {root}{what}, {Bytes(math.ceil(g.root.n)).format('GB', 2)}"
+    lines.append(size)
+    lines.append(f"  in the backward pass: the layer computing + {g.prefetch} prefetched = "
+                 f"{1 + g.prefetch} layer units unsharded"
+                 + (f", and {root}" if g.root.n else ""))
+    return lines
+
+
+def _host_lines(est: Estimate) -> list[str]:
+    """The CPU memory that offload needs, per device and per node."""
+    t = est.training
+    if t.offload == "none":
+        return []
+    flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
+    moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
+             else "every sharded state")
+    lines = [f"CPU memory (--offload {flag}: {moved}):",
+             f"  per device       {Bytes(math.ceil(est.host.n)).format('GB', 2):>12}  "
+             f"{Bytes(math.ceil(est.host.n)).format('GiB', 2):>12}"]
+    if est.host_per_node is not None:
+        n = min(est.run.gpus_per_node, est.gpus)
+        node = Bytes(math.ceil(est.host_per_node.n))
+        lines.append(f"  per node         {node.format('GB', 2):>12}  {node.format('GiB', 2):>12}"
+                     f"   ({n} GPU{'s' if n > 1 else ''})")
+    return lines
+
+
+def _time_lines(est: Estimate) -> list[str]:
+    """FLOPs per token, time to train and GPU-hours, with the peak they assume."""
+    time = est.time
+    if time is None:
+        return []
+    days = time.seconds / 86400
+    return [
+        f"time: {time.tokens:,} tokens at MFU {time.mfu:.1%} of the {time.peak.describe()}, "
+        f"{time.gpus:,} GPU{'s' if time.gpus > 1 else ''}",
+        f"  FLOPs per token  {time.flops_per_token:.4g}: {time.counted}",
+        f"  total FLOPs      {time.total_flops:.4g}",
+        f"  throughput       {time.tokens_per_second:,.0f} tokens/s",
+        f"  time to train    {days:,.1f} days ({time.seconds / 3600:,.1f} hours)",
+        f"  GPU-hours        {time.gpu_hours:,.0f}",
+    ]
+
+
+def render_plan(p, top: int = 10, explain: bool = False) -> str:
+    """The plan as a table: the fastest layouts that fit, and the assumptions behind the times."""
+    t = p.training
+    kept = len(p.ranking)
+    moe = p.model.experts > 1  # an expert-parallel column for a mixture of experts
+    lines = [f"{p.model.name} on {p.gpus} {gpu(p.gpu).name} ({p.node_gpus} per node), "
+             f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
+             f"{t.implementation} kernels",
+             f"assumed: matmuls at {p.achievable:.0%} of the dense {p.precision} peak; NVLink "
+             f"{p.nvlink / 1e9:g} GB/s, network {p.network / 1e9:g} GB/s per GPU each way; "
+             f"overlap dp {p.overlap.dp:g}, tp {p.overlap.tp:g}, pp {p.overlap.pp:g}, "
+             f"cp {p.overlap.cp:g}"
+             + ("" if p.latency is None else
+                f"; latency per collective {p.latency.base * 1e6:g} µs + per ring step "
+                f"{p.latency.nvlink * 1e6:g} µs (NVLink), {p.latency.network * 1e6:g} µs "
+                "(network), NCCL's ring model"),
+             f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
+             f" rank  dp   tp  pp  cp{'  ep' if moe else ''}   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
+    rows = list(p.ranking[:top])
+    if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
+        rows.append(p.user)
+    for c in rows:
+        lay = c.layout
+        rank = "you" if c is p.user and c.rank is None else str(c.rank)
+        step = "-" if c.time is None else f"{c.time.total:.2f}"
+        mfu = "-" if c.mfu is None else f"{c.mfu:.1%}"
+        tps = "-" if c.tokens_per_second is None else f"{c.tokens_per_second:,.0f}"
+        peak = "-" if c.peak is None else f"{c.peak.to('GB'):.1f}"
+        limit = "" if c.time is None else c.time.limit
+        if c.status != "kept":
+            limit = "does not fit"
+        ep = f" {lay.ep:>3}" if moe else ""
+        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3}{ep} {lay.v:>3} "
+                     f"{c.zero_stage:>5}  {c.recompute:<9} {c.micro_batch:>2} {peak:>9} "
+                     f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
+    if p.user is not None:
+        lines.append(p.user.reason)
+    if explain:
+        lines.extend(p.explain(top))
+    lines.append(f"MFU: model FLOPs (6N + 12Lhs per token) over the dense {p.precision} peak; memory:")
+    lines.append("  the step's peak from trainmath estimate (GB = 10^9 bytes)")
+    return "\n".join(lines)

@@ -1,0 +1,245 @@
+"""One training run, checked once: :class:`Run` and its parts, and :func:`run` from keywords.
+
+A :class:`Run` describes one run in small frozen parts: the model (a checked
+:class:`~trainmath.model.shape.ModelShape`, or a parameter count alone, which gives model states
+only), the :class:`~trainmath.memory.training.Training` setup (recipe, optimizer, ZeRO stage,
+recomputation, kernels, offload), the :class:`~trainmath.parallel.layout.Layout`, the
+:class:`~trainmath.parallel.layout.Batch` and, optionally, the :class:`Gpu`, a :class:`Budget`
+of tokens and MFU, and a LoRA or QLoRA :class:`~trainmath.memory.finetune.Adapter`. Each part
+checks its own fields when it is made; the Run checks how they fit together with the rules of
+:mod:`trainmath.runs.rules` and raises one :class:`~trainmath.problems.Invalid` (a ValueError)
+that lists every problem, each naming the fields, the bad values and what is accepted. What the
+training setup leaves open the Run fills from the model and the recipe, and records in
+:attr:`Run.assumed`. A Run that exists is valid, so :func:`trainmath.runs.estimates.estimate`
+checks nothing again.
+
+>>> r = run("llama-2-7b", dp=8, zero_stage=1)
+>>> r.params, r.training.recipe, r.training.implementation, r.assumed
+(6738415616, 'bf16-mixed', 'megatron-te', ('recipe', 'implementation', 'optimizer_impl'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from ..hardware import GPUS, gpu as _accelerator
+from ..memory.finetune import Adapter
+from ..memory.training import Training, offload_problems, resolve
+from ..model.presets import preset
+from ..model.shape import ModelShape, param_count
+from ..parallel.layout import Batch, Layout
+from ..problems import Invalid, check
+from ..units import Bytes, parse_bytes, positive_int
+from .rules import adapter_problems, budget_problems, count_only_problems, run_problems, time_problems
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One device: the memory the estimate checks the run against, and which GPU it is.
+
+    ``Gpu(kind="h100-sxm")`` takes that GPU's usable memory, the total ``nvidia-smi`` reports
+    (:attr:`trainmath.hardware.GpuMemory.usable`: 81,559 MiB for an H100 sold as "80GB");
+    ``Gpu(memory)`` takes an amount as given (``parse_bytes("80GB")`` is 80 × 10^9 bytes, less
+    than an "80GB" card holds). ``kind`` is a key of :data:`trainmath.hardware.GPUS` (or one of
+    :data:`trainmath.hardware.GPU_ALIASES`, resolved to its key). Given both, ``memory`` is the
+    one checked against and ``kind`` still names the GPU (its peak FLOP/s for :class:`Budget`).
+    """
+
+    memory: Bytes | None = None
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is not None:
+            accelerator = _accelerator(self.kind)  # a ValueError lists the known kinds
+            object.__setattr__(self, "kind", accelerator.key)  # aliases resolved
+            if self.memory is None:
+                object.__setattr__(self, "memory", accelerator.memory.usable)
+        elif self.memory is None:
+            raise ValueError(f"a Gpu needs a kind (accepted: {', '.join(GPUS)}) or a memory "
+                             "such as parse_bytes('80GB')")
+        if not isinstance(self.memory, Bytes) or self.memory.n <= 0:
+            raise ValueError(f"gpu memory must be a positive Bytes, e.g. parse_bytes('80GB'), "
+                             f"got {self.memory!r}")
+
+    @property
+    def name(self) -> str | None:
+        """The GPU's name (``"H100 SXM"``), or None when only its memory was given."""
+        return None if self.kind is None else _accelerator(self.kind).name
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the run trains on and how well it runs: ``tokens`` to train on and the ``mfu``
+    assumed (a fraction in (0, 1]), for the time to train (:class:`~trainmath.runs.estimates.TrainingTime`)."""
+
+    tokens: int
+    mfu: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", positive_int("tokens", self.tokens))
+        if isinstance(self.mfu, bool) or not isinstance(self.mfu, (int, float, Fraction)) \
+                or not 0 < self.mfu <= 1:
+            raise ValueError(f"mfu must be a fraction in (0, 1], such as 0.4, got {self.mfu!r}")
+
+
+class ShapeNeeded(Invalid):
+    """A run given by its parameter count alone asks for what only a shape can say.
+
+    :attr:`~trainmath.problems.Invalid.fields` names the parts of the run that need the shape (``"tp"``, ``"pp"``, ``"v"``,
+    ``"ep"``, ``"global_batch"``), so a caller can word its own message without reading this one.
+    """
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run, checked once, when it is made. See the module docstring.
+
+    ``model`` is a :class:`~trainmath.model.shape.ModelShape` or a parameter count; with a count
+    alone only the model states (and the optimizer step's peak) are estimated, so tp, pp, v
+    and a global batch are refused. ``training`` is resolved when the Run is made (every None
+    filled, :attr:`assumed` naming what was filled from the model's or the recipe's defaults).
+    """
+
+    model: ModelShape | int
+    training: Training = Training()
+    layout: Layout = Layout()
+    batch: Batch = Batch()
+    gpu: Gpu | None = None
+    #: the training choices the run did not give, filled from defaults: "recipe",
+    #: "implementation", "optimizer_impl" (set when the Run is made)
+    assumed: tuple[str, ...] = ()
+    #: memory no formula counts (CUDA context, cuBLAS workspaces, NCCL buffers, the allocator's
+    #: fragmentation), added to the step's peak for :attr:`~trainmath.runs.estimates.Estimate.fits`; 0 unless given
+    overhead: Bytes = Bytes(0)
+    #: tokens and MFU, for the time to train (needs a GPU kind for its peak); None: no time
+    budget: Budget | None = None
+    #: GPUs on one node, for the host memory offload needs per node; None: per device only
+    gpus_per_node: int | None = None
+    #: a LoRA or QLoRA adapter on the frozen model (:mod:`trainmath.memory.finetune`); None: every
+    #: parameter is trained (pre-training or full fine-tuning)
+    adapter: Adapter | None = None
+
+    def __post_init__(self) -> None:
+        for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
+        if self.gpu is not None and not isinstance(self.gpu, Gpu):
+            raise ValueError(f"gpu must be a Gpu or None, got {self.gpu!r}")
+        if not isinstance(self.overhead, Bytes) or self.overhead.n < 0:
+            raise ValueError(f"overhead must be a Bytes of 0 or more, e.g. parse_bytes('2GiB'), "
+                             f"got {self.overhead!r}")
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ValueError(f"budget must be a Budget or None, got {self.budget!r}")
+        if self.gpus_per_node is not None:
+            object.__setattr__(self, "gpus_per_node",
+                               positive_int("gpus_per_node", self.gpus_per_node))
+        if not isinstance(self.model, ModelShape):  # then a parameter count, such as 7e9
+            object.__setattr__(self, "model", positive_int("model (a ModelShape or a parameter "
+                                                           "count)", self.model))
+        problems = [] if self.adapter is None else adapter_problems(self)
+        if self.shape is None:
+            needs = count_only_problems(self.layout, self.batch)
+            if needs and not problems:
+                raise ShapeNeeded(needs)
+            problems += needs
+        check(problems)
+        self._resolve()
+        t = self.training
+        problems = offload_problems(t)
+        if self.budget is not None:
+            problems += budget_problems(t, None if self.gpu is None else self.gpu.kind)
+        if self.shape is not None:
+            problems += run_problems(self)
+        check(problems)
+
+    def _resolve(self) -> None:
+        """Fill the training choices left open (:func:`trainmath.memory.training.resolve`); an
+        adapter run assumes peft's fp32 adapters and Hugging Face's kernels where not given."""
+        if self.training.resolved:
+            return
+        given = self.training
+        defaults = {}
+        if self.adapter is not None:
+            if given.recipe is None:
+                defaults["recipe"] = "fp32"
+            if given.implementation is None:
+                defaults["implementation"] = "hf-eager" if given.attention == "eager" else "hf-sdpa"
+        training, assumed = resolve(replace(given, **defaults), self.shape)
+        assumed = tuple(sorted({*assumed, *defaults},
+                               key=("recipe", "implementation", "optimizer_impl").index))
+        object.__setattr__(self, "training", training)
+        object.__setattr__(self, "assumed", assumed)
+
+    @property
+    def shape(self) -> ModelShape | None:
+        """The model's shape, or None when only its parameter count is known."""
+        return self.model if isinstance(self.model, ModelShape) else None
+
+    @property
+    def params(self) -> int:
+        """Parameters of the whole model."""
+        return param_count(self.model) if isinstance(self.model, ModelShape) else self.model
+
+
+def run(
+    model: ModelShape | int | str,
+    *,
+    recipe: str | None = None,
+    optimizer: str = "adamw",
+    zero_stage: int | None = None,
+    recompute: str = "none",
+    implementation: str | None = None,
+    attention: str | None = None,
+    mlp_kernel: str = "eager",
+    optimizer_impl: str | None = None,
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
+    v: int = 1,
+    sequence_parallel: bool = False,
+    seq_len: int | None = None,
+    micro_batch: int = 1,
+    global_batch: int | None = None,
+    gpu: str | None = None,
+    gpu_memory: Bytes | str | None = None,
+    offload: str = "none",
+    overhead: Bytes | str = Bytes(0),
+    tokens: int | None = None,
+    mfu: float | None = None,
+    gpus_per_node: int | None = None,
+    adapter: Adapter | None = None,
+    ep: int = 1,
+) -> Run:
+    """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
+    (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
+    such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`), which overrides
+    the kind's memory when both are given; ``overhead`` an amount too. ``tokens`` and ``mfu``
+    go together (:class:`Budget`). What is left None the Run fills from the model's and the
+    recipe's defaults (:class:`~trainmath.memory.training.Training`). ``adapter`` is a
+    :class:`trainmath.memory.finetune.Adapter` (LoRA or QLoRA on the frozen model).
+
+    >>> r = run("llama-2-7b", dp=8, zero_stage=1)
+    >>> r.params, r.training.recipe, r.training.implementation, r.assumed
+    (6738415616, 'bf16-mixed', 'megatron-te', ('recipe', 'implementation', 'optimizer_impl'))
+    """
+    if isinstance(model, str):
+        model = preset(model)
+    if isinstance(gpu_memory, str):
+        gpu_memory = parse_bytes(gpu_memory)
+    if isinstance(overhead, str):
+        overhead = parse_bytes(overhead)
+    check(time_problems(tokens, mfu))
+    return Run(
+        model=model,
+        training=Training(recipe, optimizer, zero_stage, recompute, implementation, mlp_kernel,
+                          attention, optimizer_impl, offload),
+        layout=Layout(dp, tp, pp, cp, v, sequence_parallel, ep),
+        batch=Batch(seq_len, micro_batch, global_batch),
+        gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
+        overhead=overhead,
+        budget=None if tokens is None else Budget(tokens, mfu),
+        gpus_per_node=gpus_per_node,
+        adapter=adapter,
+    )

@@ -1,0 +1,134 @@
+"""The rules a run keeps across its parts, each written once, and the list of every rule a
+:class:`~trainmath.runs.description.Run` must keep.
+
+Each rule returns the :class:`~trainmath.problems.Problem` s it finds. Rules that one layer
+owns live there and are only listed here: a layout's splits
+(:func:`trainmath.parallel.layout.layout_problems`), kernels
+(:func:`trainmath.memory.kernels.kernel_problems`,
+:func:`trainmath.memory.kernels.context_parallel_problems`), a training setup's offload
+(:func:`trainmath.memory.training.offload_problems`), a GPU's peaks
+(:meth:`trainmath.hardware.Accelerator.peak_problems`). The rules written here are those that
+need several parts at once: a sequence and the model's positions, a recipe and a layout, a
+budget and a GPU, an adapter and the rest of the run. The planner drops layouts with the same
+functions (:mod:`trainmath.planner.search`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..hardware import GPU_ALIASES, GPUS, gpu as accelerator
+from ..memory.finetune import ADAPTER_RECIPES, Adapter, model_problems
+from ..memory.kernels import context_parallel_problems, kernel_problems
+from ..memory.recipes import peak_precision, peak_precision_problems, recipe
+from ..memory.training import Training, offload_problems
+from ..model.shape import ModelShape
+from ..parallel.layout import Batch, Layout, layout_problems
+from ..problems import Problem
+
+if TYPE_CHECKING:  # the Run these rules check; it imports them
+    from .description import Run
+
+
+def positions_problems(model: ModelShape, seq_len: int) -> list[Problem]:
+    """A sequence no longer than the positions the model was trained for: its learned
+    positions, or ``max_position_embeddings`` in its config."""
+    if model.max_positions and seq_len > model.max_positions:
+        where = "its learned positions" if model.positions else "max_position_embeddings in its config"
+        return [Problem(("seq_len",), f"seq_len {seq_len} is longer than the {model.max_positions} "
+                        f"positions {model.name} was trained for ({where}); accepted: at most "
+                        f"{model.max_positions}")]
+    return []
+
+
+def fsdp2_problems(recipe_name: str, lay: Layout) -> list[Problem]:
+    """FSDP2 is modelled without pipeline and expert parallelism."""
+    if recipe(recipe_name).name != "fsdp2":
+        return []
+    return [Problem((name, "recipe"), f"recipe 'fsdp2' with {name} > 1 is not modelled; "
+                    f"accepted: {name} = 1") for name in ("pp", "ep") if getattr(lay, name) > 1]
+
+
+def time_problems(tokens: int | None, mfu: float | None) -> list[Problem]:
+    """A time to train needs both the tokens and the MFU assumed."""
+    if (tokens is None) == (mfu is None):
+        return []
+    given, missing = ("tokens", "mfu") if mfu is None else ("mfu", "tokens")
+    return [Problem((given, missing), f"{given} needs {missing} as well: a time to train needs "
+                    "both the tokens and the MFU assumed")]
+
+
+def budget_problems(training: Training, gpu_kind: str | None) -> list[Problem]:
+    """A time to train needs a GPU kind, for its dense peak in the recipe's precision
+    (:func:`trainmath.memory.recipes.peak_precision`), which that GPU must have."""
+    if gpu_kind is None:
+        return [Problem(("gpu",), "a time to train needs a GPU kind for its peak FLOP/s; "
+                        f"accepted: gpu one of {', '.join([*GPUS, *GPU_ALIASES])}")]
+    r = recipe(training.recipe)
+    problems = peak_precision_problems(r)
+    return problems or accelerator(gpu_kind).peak_problems(peak_precision(r))
+
+
+def count_only_problems(lay: Layout, batch: Batch) -> list[Problem]:
+    """A parameter count cannot be split over tp, pp or ep ranks, nor scheduled in a pipeline:
+    one problem naming every part that needs a shape."""
+    given = {"global_batch": batch.global_batch, "v": lay.v if lay.v > 1 else None,
+             "tp": lay.tp if lay.tp > 1 else None, "pp": lay.pp if lay.pp > 1 else None,
+             "ep": lay.ep if lay.ep > 1 else None}
+    needs = tuple(name for name, value in given.items() if value is not None)
+    if not needs:
+        return []
+    listing = " and ".join(f"{name} {given[name]}" for name in needs)
+    verb = "need" if len(needs) > 1 else "needs"
+    return [Problem(needs, f"{listing} {verb} a model shape, not a parameter count alone: how the "
+                    "layers split over ranks and stages depends on it; accepted: a ModelShape as "
+                    "the model, or tp = pp = v = 1 and no global_batch")]
+
+
+def adapter_problems(run: Run) -> list[Problem]:
+    """What a LoRA or QLoRA run needs: a Llama-style shape, the whole model on each device (dp
+    replicas only), no ZeRO, no offload, no time to train, an adapter recipe."""
+    a, lay, t = run.adapter, run.layout, run.training
+    if not isinstance(a, Adapter):
+        raise ValueError(f"adapter must be a trainmath.memory.finetune.Adapter or None, got {a!r}")
+    if run.shape is None:
+        return [Problem(("model",), "a LoRA or QLoRA run needs a model shape, not a parameter count "
+                        "alone: the adapter's size depends on the matrices; accepted: a ModelShape")]
+    problems = model_problems(run.shape)
+    split = {k: getattr(lay, k) for k in ("tp", "pp", "cp", "v") if getattr(lay, k) > 1}
+    if split:
+        given = ", ".join(f"{k} {n}" for k, n in split.items())
+        problems.append(Problem(tuple(split), "LoRA and QLoRA are modelled with the whole model on "
+                                f"each device; got {given}; accepted: tp = pp = cp = v = 1 (dp "
+                                "replicas are fine)"))
+    if t.zero_stage not in (None, 0):
+        problems.append(Problem(("zero_stage",), f"ZeRO stage {t.zero_stage} with an adapter is not "
+                                "modelled; accepted: 0"))
+    if t.offload != "none":
+        problems.append(Problem(("offload",), f"offload {t.offload!r} with an adapter is not "
+                                "modelled; accepted: offload 'none'"))
+    if run.budget is not None:
+        problems.append(Problem(("tokens", "mfu"), "a time to train with an adapter is not modelled "
+                                "(its backward computes no gradients for the frozen weights, so 6 "
+                                "FLOPs per parameter and token overcounts); accepted: no tokens and "
+                                "mfu"))
+    if t.recipe is not None and t.recipe not in ADAPTER_RECIPES:
+        problems.append(Problem(("recipe",), f"recipe {t.recipe!r} for the adapter's weights is not "
+                                f"modelled; accepted: {', '.join(ADAPTER_RECIPES)}"))
+    return problems
+
+
+def run_problems(run: Run) -> list[Problem]:
+    """Every rule a resolved run with a model shape must keep, in this order: the layout's
+    (with the batch and sequence), the model's positions, context parallelism's kernels, the
+    implementation's kernels, FSDP2's layouts."""
+    model, lay, t, batch = run.shape, run.layout, run.training, run.batch
+    problems = layout_problems(model, lay, seq_len=batch.seq_len, global_batch=batch.global_batch,
+                               micro_batch=None if batch.global_batch is None else batch.micro_batch)
+    if batch.seq_len is not None:
+        problems += positions_problems(model, batch.seq_len)
+        problems += context_parallel_problems(lay.cp, t.attention)
+    problems += kernel_problems(model, t.implementation, tp=lay.tp, cp=lay.cp,
+                                sequence_parallel=lay.sequence_parallel, recompute=t.recompute,
+                                mlp_kernel=t.mlp_kernel)
+    return problems + fsdp2_problems(t.recipe, lay)

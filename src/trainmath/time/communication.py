@@ -1,0 +1,227 @@
+"""The bytes each device sends per optimizer step, by kind of parallelism.
+
+Tensor-parallel all-reduces (Shoeybi et al. 2019, §3; Korthikanti et al. 2022, §4.2.2),
+data-parallel reduce-scatters and all-gathers by ZeRO stage
+(:func:`trainmath.memory.sharding.zero_traffic`), pipeline sends between stages (Narayanan et
+al. 2021, §3.2), context-parallel K/V rings (Megatron-Core) and the all-to-alls of expert
+parallelism (Lepikhin et al. 2021, §2.3); ring factors from :mod:`trainmath.time.collectives`.
+:mod:`trainmath.time.step` turns them into seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from ..memory.kernels import RECOMPUTE_KINDS
+from ..memory.recipes import recipe
+from ..memory.sharding import _zero_traffic, check_stage, zero_traffic
+from ..model.moe import _check
+from ..model.shape import ModelShape
+from ..parallel.layout import Layout, microbatches
+from ..parallel.placement import stage_params
+from .collectives import all_to_all_factor, ring_all_reduce_factor, ring_gather_factor
+from ..units import Bytes, choice, positive_int
+
+
+# -- communication ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Communication:
+    """Bytes one device sends per optimizer step, by scheme (it receives the same amount)."""
+
+    stage: int
+    data_parallel: Bytes
+    tensor_parallel: Bytes
+    pipeline_parallel: Bytes
+    context_parallel: Bytes
+    #: the all-to-alls of expert parallelism (a mixture of experts with ep > 1)
+    expert_parallel: Bytes = Bytes(0)
+
+    @property
+    def total(self) -> Bytes:
+        """Bytes this device sends per step, all schemes together."""
+        return (self.data_parallel + self.tensor_parallel + self.pipeline_parallel
+                + self.context_parallel + self.expert_parallel)
+
+    def parts(self) -> dict[str, Bytes]:
+        """Each scheme's bytes by name."""
+        return {
+            "data parallel": self.data_parallel,
+            "tensor parallel": self.tensor_parallel,
+            "pipeline parallel": self.pipeline_parallel,
+            "context parallel": self.context_parallel,
+            "expert parallel": self.expert_parallel,
+        }
+
+
+def tensor_parallel_collectives(
+    layers: int, *, first: bool, last: bool, sequence_parallel: bool, recompute: str,
+    regather: bool = True,
+) -> Fraction:
+    """All-reduce equivalents of b·s·h activations one TP rank runs per micro-batch on a stage.
+
+    Per layer (Shoeybi et al. 2019, §3, Figure 4): two all-reduces forward (after attention and
+    after the MLP, operator g) and two backward (operator f): 4. With sequence parallelism each
+    all-reduce becomes a reduce-scatter plus an all-gather, the same bytes: Korthikanti et al.
+    2022, §4.2.2, count the same volume as tensor parallelism alone, 4 (``regather=False``).
+    Megatron-LM's implementation (``regather=True``, the default) saves only the 1/tp sequence
+    shard of each column-parallel linear's input and all-gathers it again in the backward to
+    compute the weight gradient (``LinearWithGradAccumulationAndAsyncCommunication.backward``
+    in ``megatron/core/tensor_parallel/layers.py``): +2 all-gathers = +1 all-reduce
+    equivalent per layer, so 5. Full recomputation reruns the forward: +2. Selective
+    recomputation reruns only the attention core, which needs no TP traffic: +0.
+    First stage: the vocabulary-parallel embedding's output all-reduce (+1; a reduce-scatter,
+    +1/2, with SP). Last stage: the LM head's input gradient all-reduce (+1; with SP an
+    all-gather forward and a reduce-scatter backward, also +1). The cross-entropy's three
+    all-reduces of b·s fp32 values (max, sum, target logit) are left out: they are 1/h of these.
+    """
+    per_layer = Fraction(5 if sequence_parallel and regather else 4)
+    if recompute == "full":
+        per_layer += 2
+    count = per_layer * layers
+    if first:
+        count += Fraction(1, 2) if sequence_parallel else 1
+    if last:
+        count += 1
+    return count
+
+
+def communication(
+    model: ModelShape,
+    lay: Layout,
+    *,
+    seq_len: int,
+    micro_batch: int,
+    global_batch: int,
+    zero_stage: int = 0,
+    precision: str = "bf16-mixed",
+    activation_bytes: int = 2,
+    grad_bytes: int | None = None,
+    recompute: str = "none",
+    scatter_gather: bool = True,
+    regather: bool = True,
+    stage: int | None = None,
+) -> Communication:
+    """Bytes one device of pipeline ``stage`` sends per optimizer step, by scheme.
+
+    ``stage=None`` picks the stage that sends the most. m = global_batch / (dp · micro_batch)
+    micro-batches; each device sees s/cp tokens of each sequence. Activations travel in
+    ``activation_bytes`` (2 for bf16); gradients are reduced in ``grad_bytes`` (default: the
+    precision recipe's gradient bytes, 2 for bf16-mixed, ZeRO's count; Megatron-LM with bf16
+    accumulates and reduces gradients in fp32 -- its distributed-optimizer docs: "bf16
+    parameters, fp32 gradients" -- pass 4 to model that).
+
+    - data parallel: :func:`trainmath.memory.sharding.zero_traffic` over dp·cp ranks for this device's
+      parameters, m micro-batches per step;
+    - tensor parallel: :func:`tensor_parallel_collectives` × 2(tp-1)/tp × b·(s/cp)·h bytes, × m;
+      ``regather`` chooses its count with sequence parallelism (Megatron-LM's implementation,
+      the default, or Korthikanti et al. 2022's §4.2.2 volume);
+    - pipeline parallel: each micro-batch sends its b·(s/cp)·h activation forward and its
+      gradient backward across each stage boundary (Narayanan et al. 2021, §3.2: bsh per
+      micro-batch per boundary), once per model chunk (v times, §2.2.2), except past the ends of
+      the pipeline. With ``scatter_gather`` (Narayanan §4.1; default on in Megatron) or with
+      sequence parallelism, each TP rank sends only its 1/tp share;
+    - context parallel: per layer and micro-batch an all-gather of this TP rank's K and V in the
+      forward, another in the backward and a reduce-scatter of their gradients (Megatron-Core
+      "Context parallelism overview": KV are gathered again in backward, dKV reduce-scattered),
+      each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/tp) values in a ring; recomputation
+      (selective or full) reruns the attention forward and gathers K and V once more;
+    - expert parallel (ep > 1): per MoE layer and micro-batch four all-to-alls of the
+      b·(s/cp)·k·h token copies, (ep-1)/ep of each leaving the device
+      (:func:`trainmath.time.communication.all_to_all_elements`), six with full recomputation, which reruns
+      the forward's two. Each tensor-parallel rank is counted as dispatching all its tokens
+      (an upper bound where the dispatcher splits them over the tensor-parallel ranks).
+    """
+    s = positive_int("seq_len (s)", seq_len)
+    b = positive_int("micro_batch (b)", micro_batch)
+    recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
+    act = positive_int("activation_bytes", activation_bytes)
+    r = recipe(precision)
+    g = r.gradients if grad_bytes is None else positive_int("grad_bytes", grad_bytes)
+    m = microbatches(global_batch, lay.dp, b)
+    tp, pp, cp, v = lay.tp, lay.pp, lay.cp, lay.v
+    if s % cp:
+        raise ValueError(f"seq_len {s} is not divisible by cp {cp}")
+    tokens = b * (s // cp)  # tokens of one micro-batch on this device
+    activation = tokens * model.hidden * act  # b·(s/cp)·h bytes
+    stages = stage_params(model, lay)
+    # The middle stages (neither first nor last) hold the same parameters and send the same
+    # bytes: compute the first, one middle one and the last, and copy the middle one.
+    distinct = {}
+    z = check_stage(zero_stage) if lay.zero_group > 1 else zero_stage  # as zero_traffic checks it
+    # exact factors, computed once for the stages below (Fractions: the order changes nothing)
+    tp_unit = ring_all_reduce_factor(tp) * activation * m if tp > 1 else 0
+    cp_unit = (ring_gather_factor(cp) * (2 * b * s * (model.kv_dim // tp) * act) * m
+               if cp > 1 else 0)
+    for sp in stages:
+        i = sp.stage
+        if i not in (0, 1, pp - 1):
+            continue
+        dp_bytes = _zero_traffic(  # its inputs are checked above
+            sp.dense if sp.expert else sp.total, lay.zero_group, z, m, r.weights, g,
+        ).total if lay.zero_group > 1 else Bytes(0)
+        if sp.expert and lay.expert_zero_group > 1:  # experts reduce over dp·cp/ep replicas
+            dp_bytes += zero_traffic(sp.expert, lay.expert_zero_group, zero_stage, microbatches=m,
+                                     weight_bytes=r.weights, grad_bytes=g).total
+        if tp > 1:
+            count = tensor_parallel_collectives(
+                sp.layers, first=i == 0, last=i == pp - 1,
+                sequence_parallel=lay.sequence_parallel, recompute=recompute, regather=regather,
+            )
+            tp_bytes = Bytes(count * tp_unit)
+        else:
+            tp_bytes = Bytes(0)
+        if pp > 1:
+            sends = 2 * m * v - (m if i in (0, pp - 1) else 0)
+            share = tp if (scatter_gather or lay.sequence_parallel) else 1
+            pp_bytes = Bytes(Fraction(sends * activation, share))
+        else:
+            pp_bytes = Bytes(0)
+        if cp > 1:
+            # K and V of the whole sequence on this TP rank, 2·b·s·(kv_dim/tp) values, in cp_unit
+            passes = 3 + (1 if recompute != "none" else 0)
+            cp_bytes = Bytes(passes * sp.layers * cp_unit)
+        else:
+            cp_bytes = Bytes(0)
+        if lay.ep > 1:
+            passes = 4 + (2 if recompute == "full" else 0)
+            copies = tokens * model.experts_per_token * model.hidden * act
+            ep_bytes = Bytes(passes * all_to_all_factor(lay.ep) * copies * sp.layers * m)
+        else:
+            ep_bytes = Bytes(0)
+        distinct[i] = Communication(i, dp_bytes, tp_bytes, pp_bytes, cp_bytes, ep_bytes)
+    if stage is None:  # the middle stages tie with stage 1: the earliest wins
+        return max(distinct.values(), key=lambda c: (c.total, -c.stage))
+    if not isinstance(stage, int) or isinstance(stage, bool) or not 0 <= stage < pp:
+        raise ValueError(f"stage {stage!r} is out of range; accepted: 0 to {pp - 1}")
+    return distinct[stage] if stage in distinct else replace(distinct[1], stage=stage)
+
+
+#: All-to-alls per MoE layer and micro-batch: dispatch and combine forward, their gradients
+#: backward (Rajbhandari et al. 2022, §5; Lepikhin et al. 2021, §2.3). Full recomputation
+#: reruns the forward pass and its two.
+ALL_TO_ALLS = 4
+
+
+def all_to_all_elements(m: ModelShape, s: int, b: int, ep: int) -> Fraction:
+    """Values one device sends per MoE layer and micro-batch in the forward and backward pass.
+
+    Four all-to-alls (dispatch and combine forward, their gradients backward), each sending
+    (ep - 1)/ep of the b·s·k·h values of the micro-batch's routed token copies: with routing
+    spread evenly over the ep devices, a token copy stays on its device with probability 1/ep
+    (Lepikhin et al. 2021, §2.3; Rajbhandari et al. 2022, §5). Nothing leaves a device when ep = 1.
+
+    >>> from trainmath.model.presets import preset
+    >>> all_to_all_elements(preset("mixtral-8x7b"), s=4096, b=1, ep=8)
+    Fraction(117440512, 1)
+    """
+    _check(m)
+    s = positive_int("s (sequence length)", s)
+    b = positive_int("b (micro-batch size)", b)
+    ep = positive_int("ep (expert-parallel size)", ep)
+    return ALL_TO_ALLS * all_to_all_factor(ep) * b * s * m.experts_per_token * m.hidden
+
+
+def all_to_all_bytes(m: ModelShape, s: int, b: int, ep: int, value_bytes: int = 2) -> Bytes:
+    """:func:`all_to_all_elements` in bytes, ``value_bytes`` each (2: bf16 tokens)."""
+    return Bytes(all_to_all_elements(m, s, b, ep) * positive_int("value_bytes", value_bytes))
