@@ -1,13 +1,15 @@
 """trainmath.cli.calculator and the calculator page's Sphinx extension, without a browser.
 
 The browser suite (tests/browser/test_calculator.py) checks the page in Chromium against the
-command; these check the pieces: the form mirrors the parser, values and command lines map both
-ways, the command's output is passed on unchanged, and a subcommand added to the parser (such as
-a planner) gets its own tab and form with no change to the page.
+command; these check the pieces: the form and the parser are both made from the flag table,
+values and command lines map both ways, the command's output is passed on unchanged and
+computed once per change, and a subcommand added to the table gets its own tab and form with
+no change to the page.
 """
 
-import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import pytest
 
 from trainmath import hardware
 from trainmath.cli import command as cli
+from trainmath.cli import flags
 from trainmath.memory import kernels, recipes
 from trainmath.model import presets
 from trainmath.cli.calculator import (FILE_METAVARS, calculate, field_of, form_values, forms, run_command, to_argv)
@@ -32,12 +35,11 @@ def _estimate_form():
 def test_the_form_has_every_option_of_the_command_and_its_choices():
     form = _estimate_form()
     fields = {f.name: f for g in form.groups for f in g.fields}
-    (est,) = [a for a in cli.build_parser()._actions
-              if isinstance(a, argparse._SubParsersAction)]
-    options = {o for a in est.choices["estimate"]._actions for o in a.option_strings
-               if o.startswith("--") and o not in ("--help", "--json")}
+    options = {o for f in flags.flags_of("estimate") for o in f.names} - {"--json"}
     shown = {flag for f in fields.values() for flag in f.flags}
     assert shown == options
+    usage = _help("estimate")
+    assert all(o in usage for o in options)  # the parser is made from the same table
     assert fields["model"].choices == tuple(presets.PRESETS)
     assert fields["gpu"].choices == (*hardware.GPUS, *hardware.GPU_ALIASES)
     assert fields["recompute"].choices == tuple(kernels.RECOMPUTE_KINDS)
@@ -92,32 +94,80 @@ def test_errors_are_placed_beside_the_field_they_name():
     assert run_command(["estimate", "--model", "nope", "--json"]).status == 2
 
 
-def _parser_with_a_planner():
-    """The command's parser with one more subcommand, as a later branch might add one: a
-    positional, a PATH option (a pasted config), a list, and no --json."""
-    parser = cli.build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    sketch = sub.add_parser("sketch", help="a subcommand to come")
-    sketch.add_argument("gpus", type=int, help="GPUs to plan for")
-    group = sketch.add_argument_group("model")
-    group.add_argument("--config", metavar="PATH", help="a Hugging Face config.json")
-    group.add_argument("--stages", type=int, nargs="+", help="zero stages to try")
-    return parser
+def _help(command: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli.build_parser().parse_args([command, "--help"])
+    return out.getvalue()
+
+
+def _with_a_sketch(monkeypatch):
+    """The flag table with one more subcommand, as a later branch might add one: a PATH option
+    (a pasted config), a number and a switch; and an existing flag that it shares."""
+    monkeypatch.setitem(flags.COMMANDS, "sketch", ("a subcommand to come", "Sketch a run."))
+    monkeypatch.setitem(flags.GROUPS, "sketch", (("model", "model"), ("run", "the run")))
+    shared = [f for f in flags.FLAGS if f.names[0] == "--model" and "plan" in f.commands]
+    extra = (flags.Flag(("--config",), ("sketch",), "model", "a Hugging Face config.json",
+                        metavar="PATH"),
+             flags.Flag(("--gpus",), ("sketch",), "run", "GPUs to plan for",
+                        parse=flags.parse_positive),
+             flags.Flag(("--fast",), ("sketch",), "run", "skip the slow part", kind="on"))
+    table = tuple(f if f not in shared else flags.Flag(**{**f.__dict__,
+                                                          "commands": (*f.commands, "sketch")})
+                  for f in flags.FLAGS) + extra
+    monkeypatch.setattr(flags, "FLAGS", table)
 
 
 def test_a_new_subcommand_gets_its_own_form(tmp_path, monkeypatch):
-    parser = _parser_with_a_planner()
-    assert [f.command for f in forms(parser)][-1] == "sketch"
-    sketch = forms(parser)[-1]
+    _with_a_sketch(monkeypatch)
+    assert [f.command for f in forms()][-1] == "sketch"
+    sketch = forms()[-1]
     fields = {f.name: f for g in sketch.groups for f in g.fields}
+    assert list(fields) == ["model", "config", "gpus", "fast"]
     assert fields["config"].kind == "file" and "PATH" in FILE_METAVARS
-    assert fields["gpus"].kind == "positional" and fields["stages"].many
+    assert fields["fast"].kind == "flag" and fields["model"].kind == "choice"
+    assert "--fast" in _help("sketch") and "GPUs to plan for" in _help("sketch")
     monkeypatch.chdir(tmp_path)
-    argv = to_argv("sketch", [("config", '{"hidden_size": 8}'), ("stages", "1 3"), ("gpus", "8")],
-                   parser)
-    # no --json: this one has none (the calculator passes it only where there is one)
-    assert argv == ["sketch", "--config", "config.json", "--stages", "1", "3", "8"]
+    argv = to_argv("sketch", [("config", '{"hidden_size": 8}'), ("gpus", "8"), ("fast", "on")])
+    assert argv == ["sketch", "--config", "config.json", "--gpus", "8", "--fast", "--json"]
     assert (tmp_path / "config.json").read_text() == '{"hidden_size": 8}'
+
+
+def test_one_estimate_and_one_plan_per_change_of_the_form(monkeypatch):
+    """The calculator computes once: the JSON, the drawing and the summary are renderings of
+    the same Estimate (or Plan)."""
+    calls = {"estimate": 0, "plan": 0}
+    real_estimate, real_plan = cli.estimate, cli.plan
+
+    def counted(name, real):
+        def f(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return f
+
+    monkeypatch.setattr(cli, "estimate", counted("estimate", real_estimate))
+    monkeypatch.setattr(cli, "plan", counted("plan", real_plan))
+    monkeypatch.setattr("trainmath.runs.estimates.estimate", counted("estimate", real_estimate))
+    out = json.loads(calculate("estimate", json.dumps([["model", "llama-3-8b"], ["dp", "8"],
+                                                       ["seq-len", "8192"], ["gpu", "h100-sxm"]])))
+    assert out["status"] == 0 and "Show the arithmetic" in out["html"] and out["summary"]
+    assert calls == {"estimate": 1, "plan": 0}
+    out = json.loads(calculate("plan", json.dumps([["model", "llama-3-8b"], ["gpu", "h100-sxm"],
+                                                   ["gpus", "8"], ["seq-len", "4096"],
+                                                   ["global-batch", "32"]])))
+    assert out["status"] == 0 and out["summary"].startswith("Fastest")
+    assert calls == {"estimate": 1, "plan": 1}
+
+
+def test_no_argparse_private_attribute_is_read():
+    """The form comes from the flag table, not from the parser's insides."""
+    private = ("._actions", "._group_actions", "._action_groups", "._choices_actions",
+               "_SubParsersAction", "._option_string_actions")
+    for path in (ROOT / "src" / "trainmath").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not [p for p in private if p in text], path
+    ext = (ROOT / "docs" / "_ext" / "trainmath_calculator.py").read_text(encoding="utf-8")
+    assert not [p for p in private if p in ext]
 
 
 def _extension():
@@ -136,8 +186,10 @@ def test_the_page_has_a_tab_per_subcommand(monkeypatch):
     assert one.count('role="tab"') == len(forms()) and 'data-command="estimate"' in one
     assert '<option value="llama-3-8b" selected>' in one and 'value="8"' in one
     assert 'name="sequence-parallel" value="on" checked' in one
-    more = ext.calculator_html(["estimate --params 7e9"], _parser_with_a_planner())
-    assert more.count('role="tab"') == len(forms()) + 1 and 'id="tm-calc-panel-sketch"' in more
+    before = len(forms())
+    _with_a_sketch(monkeypatch)
+    more = ext.calculator_html(["estimate --params 7e9"])
+    assert more.count('role="tab"') == before + 1 and 'id="tm-calc-panel-sketch"' in more
     assert '<textarea id="tm-calc-sketch-config" name="config"' in more
     with pytest.raises(Exception):
         ext.calculator_html(["estimate --dp 0"])  # an example the command refuses

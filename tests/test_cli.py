@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from trainmath.cli.command import main, parse_count
+from trainmath.cli.command import main
+from trainmath.cli.flags import parse_count
 from trainmath.units import GB
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from trainmath.report.data import estimate_dict, estimate_json
 from trainmath.cli.command import main
 from trainmath.memory.finetune import (ALL_LINEAR, TARGETS, Adapter, adapter_states, lora_params, nf4_bits_per_param, nf4_tensor_bytes, parse_targets, quantized_params)
 from trainmath.model.shape import modified, param_count
@@ -157,12 +158,12 @@ def test_an_adapter_run_assumes_peft_s_defaults():
 
 
 def test_the_json_says_the_adapter_and_its_split():
-    d = estimate(run("llama-2-7b", seq_len=2048, adapter=Adapter("qlora", 64, "all"))).to_dict()
+    d = estimate_dict(estimate(run("llama-2-7b", seq_len=2048, adapter=Adapter("qlora", 64, "all"))))
     assert d["inputs"]["adapter"] == {"method": "qlora", "rank": 64, "targets": list(ALL_LINEAR),
                                       "dropout": 0.0, "double_quant": True}
     assert d["finetune"]["trainable_params"] == 159_907_840
     assert d["per_device"]["weights"] == d["finetune"]["frozen_weights"] + d["finetune"]["adapter_weights"]
-    assert estimate(run("llama-2-7b")).to_dict()["finetune"] is None
+    assert estimate_dict(estimate(run("llama-2-7b")))["finetune"] is None
 
 
 # -- the command --------------------------------------------------------------------------------

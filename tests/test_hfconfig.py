@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from trainmath.report.data import estimate_dict, estimate_json
 from trainmath.model.hfconfig import FAMILIES, family_of, load_config, shape_from_config
 from trainmath.model.shape import param_breakdown, param_count
 from trainmath.model.presets import preset, preset_like
@@ -76,8 +77,8 @@ def test_llama_3_8b_config_is_the_preset_field_for_field():
     m = load_config(DATA / "Meta-Llama-3-8B.json")
     assert preset_like(m) == "llama-3-8b"
     assert m.name == str(DATA / "Meta-Llama-3-8B.json")
-    a = estimate(run(m, seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")).to_dict()
-    b = estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")).to_dict()
+    a = estimate_dict(estimate(run(m, seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")))
+    b = estimate_dict(estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")))
     assert a["inputs"].pop("model") == m.name and b["inputs"].pop("model") == "llama-3-8b"
     assert a == b
 

@@ -26,6 +26,8 @@ from trainmath.parallel.layout import Layout
 from trainmath.hardware import INTERCONNECTS
 from trainmath.time.step import NCCL_RING, Overlap, step_time
 from trainmath.planner.search import plan
+from trainmath.report.data import candidate_dict, plan_dict
+from trainmath.report.text import plan_reasons
 from trainmath.runs.estimates import estimate
 from trainmath.runs.description import run
 
@@ -130,7 +132,7 @@ def test_every_candidate_has_a_reason(p70):
     assert [c.rank for c in p70.ranking] == list(range(1, len(p70.ranking) + 1))
     times = [c.time.total for c in p70.ranking]
     assert times == sorted(times)
-    d = p70.to_dict()
+    d = plan_dict(p70)
     assert len(d["candidates"]) == len(p70.candidates)
     assert d["ranking"][0]["rank"] == 1 and d["user_layout"]["dp"] == 16
 
@@ -150,7 +152,7 @@ def test_user_layout_is_placed(p70):
     u = p70.user
     assert u.grid == (16, 8, 4, 1) and u.rank == p70.rank_of(16, 8, 4)
     assert u.reason == f"your layout: rank {u.rank} of {len(p70.ranking)}"
-    lines = p70.explain(3)
+    lines = plan_reasons(p70, 3)
     assert lines[0].startswith("best: ") and len(lines) == 3
 
 
@@ -275,8 +277,8 @@ def test_latency_moves_the_llama_3_ranking_toward_the_published_pipeline():
              latency=NCCL_RING)
     assert p.best.zero_stage == 3 and q.best.layout.pp == r["pp"]
     assert q.rank_of(*grid) < p.rank_of(*grid)
-    assert q.to_dict()["inputs"]["latency"]["network_step_s"] == 14e-6
-    assert p.to_dict()["inputs"]["latency"] is None
+    assert plan_dict(q)["inputs"]["latency"]["network_step_s"] == 14e-6
+    assert plan_dict(p)["inputs"]["latency"] is None
     with pytest.raises(ValueError, match="latency must be a RingLatency"):
         plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64, latency=1e-6)
 
@@ -296,7 +298,7 @@ def test_mixture_of_experts_plans_expert_parallelism():
     expert_parallel = [c for c in p.ranking if c.layout.ep > 1]
     assert expert_parallel and all(c.time.ep > 0 for c in expert_parallel)
     assert all(c.time.ep == 0 for c in p.ranking if c.layout.ep == 1)
-    row = p.ranking[0].to_dict()
+    row = candidate_dict(p.ranking[0])
     assert row["ep"] == p.ranking[0].layout.ep and "ep" in row["time"]
 
 

@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import pytest
 
+from trainmath.report.data import estimate_dict, estimate_json
 from trainmath import Estimate, Run, estimate, run
 from trainmath.cli.command import main
 from trainmath.parallel.layout import Batch
@@ -153,7 +154,7 @@ def test_a_gpu_kind_fits_against_what_nvidia_smi_reports():
     assert estimate(run(7_000_000_000, gpu="h100-sxm", **amp)).fits is False
     assert estimate(run(5_250_000_000, gpu="h100-sxm", **amp)).fits is True  # 84 GB
     assert estimate(run(5_250_000_000, gpu_memory="80GB", **amp)).fits is False
-    d = estimate(run(7_000_000_000, gpu="h200")).to_dict()["inputs"]
+    d = estimate_dict(estimate(run(7_000_000_000, gpu="h200")))["inputs"]
     assert (d["gpu"], d["gpu_memory"]) == ("h200", 143_771 * 2**20)
 
 
@@ -163,7 +164,7 @@ def test_the_mlp_kernel_reaches_the_estimate():
     eager = estimate(run("llama-3-8b", seq_len=4096, attention="flash"))
     fused = estimate(run("llama-3-8b", seq_len=4096, attention="flash", mlp_kernel="fused"))
     assert eager.activations - fused.activations == Bytes(2 * 4096 * 14336 * 32)
-    assert fused.to_dict()["inputs"]["mlp_kernel"] == "fused"
+    assert estimate_dict(fused)["inputs"]["mlp_kernel"] == "fused"
 
 
 def test_run_from_parts_equals_run_from_keywords():
@@ -183,7 +184,7 @@ def test_everything_is_frozen():
 
 
 def test_the_command_prints_the_library_estimate():
-    """One function behind both: ``--json`` is exactly ``Estimate.to_json()``."""
+    """One function behind both: ``--json`` is exactly ``estimate_json(estimate)``."""
     argv = ["estimate", "--model", "llama-3-70b", "--dp", "16", "--tp", "8", "--pp", "4",
             "--interleave", "5", "--sequence-parallel", "--zero", "1", "--seq-len", "8192",
             "--global-batch", "1024", "--attention", "flash", "--gpu-memory", "80GB", "--json"]
@@ -192,7 +193,7 @@ def test_the_command_prints_the_library_estimate():
         assert main(argv) == 0
     e = estimate(run("llama-3-70b", dp=16, tp=8, pp=4, v=5, sequence_parallel=True, zero_stage=1,
                      seq_len=8192, global_batch=1024, attention="flash", gpu_memory="80GB"))
-    assert out.getvalue() == e.to_json() + "\n"
+    assert out.getvalue() == estimate_json(e) + "\n"
     d = json.loads(out.getvalue())
     assert list(d) == ["params", "active_params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
@@ -206,7 +207,7 @@ def test_to_dict_rounds_an_uneven_shard_up():
     """7 parameters × 16 bytes over 3 ranks: 37⅓ bytes, reported as 38 (that rank holds more)."""
     e = estimate(run(7, dp=3, zero_stage=3))
     assert e.total == Bytes(Fraction(112, 3))
-    assert e.to_dict()["per_device"]["total"] == 38
+    assert estimate_dict(e)["per_device"]["total"] == 38
 
 
 # -- bad input: one ValueError naming the value and what is accepted ---------------------------------
@@ -311,7 +312,7 @@ def test_the_peak_counts_the_logits_and_fits_uses_it():
     assert top.phase == "backward" and "the loss's gradient" in top.when
     assert top.as_dict()["logits"] == Bytes(2 * 4 * 8192 * 128_256)
     assert e.fits is (e.peak.bytes <= e.run.gpu.memory)
-    d = e.to_dict()
+    d = estimate_dict(e)
     assert d["peak"]["bytes"] == -(-e.peak.bytes.n // 1) and d["peak"]["phase"] == "backward"
     assert d["per_device"]["total"] == sum(v for k, v in d["per_device"].items() if k != "total")
 
@@ -387,7 +388,7 @@ def test_time_to_train_uses_the_run_s_gpus_and_the_recipe_s_peak():
     per_token = 6 * n + 12 * 32 * 4096 * 8192
     assert e.time.flops_per_token == per_token and e.time.gpus == 128
     assert e.time.seconds == pytest.approx(15e12 * per_token / (0.4 * 128 * 989.4e12), rel=1e-12)
-    assert e.to_dict()["time"]["gpu_hours"] == pytest.approx(e.time.seconds * 128 / 3600)
+    assert estimate_dict(e)["time"]["gpu_hours"] == pytest.approx(e.time.seconds * 128 / 3600)
 
 
 def test_fp8_weight_cache_is_in_the_peak():
@@ -401,6 +402,6 @@ def test_fp8_weight_cache_is_in_the_peak():
                          zero_stage=1))
         parts = dict(e.peak.peak.parts)
         assert parts["fp8 weight copies"] == Bytes(2 * matrices // tp)
-        assert e.to_dict()["peak"]["parts"]["fp8_weight_copies"] == 2 * matrices // tp
+        assert estimate_dict(e)["peak"]["parts"]["fp8_weight_copies"] == 2 * matrices // tp
     plain = estimate(run("llama-3-8b", recipe="megatron", seq_len=4096, dp=8, zero_stage=1))
     assert "fp8 weight copies" not in dict(plain.peak.peak.parts)

@@ -2,7 +2,7 @@
 
 - The ``{calculator}`` directive writes one form per subcommand of ``trainmath``
   (:func:`trainmath.cli.calculator.forms`: groups, choices, help and defaults from
-  :func:`trainmath.cli.command.build_parser`), a tab each when there are several, so a flag or a
+  the flag table, :data:`trainmath.cli.flags.FLAGS`), a tab each when there are several, so a flag or a
   subcommand added to the parser appears on the page with no change here. Its options, one per
   subcommand (``:estimate: --model llama-3-8b ...``), give the forms' initial values, checked by
   the parser at build time.
@@ -169,16 +169,16 @@ def form_html(form, values: dict[str, str], hidden: bool) -> str:
             "</section>")
 
 
-def calculator_html(examples: list[str], parser=None) -> str:
-    """The page's markup: a tab per subcommand of ``parser`` (default: the command's), each
-    form filled with its example's values."""
+def calculator_html(examples: list[str]) -> str:
+    """The page's markup: a tab per subcommand of the command's flag table, each form filled
+    with its example's values."""
     from trainmath.cli.calculator import form_values, forms
 
     initial = {}
     for line in examples:
-        command, values = form_values(shlex.split(line), parser)
+        command, values = form_values(shlex.split(line))
         initial[command] = dict(values)
-    all_forms = forms(parser)
+    all_forms = forms()
     tabs = ""
     several = len(all_forms) > 1
     if several:
@@ -225,7 +225,7 @@ class CalculatorDirective(SphinxDirective):
             markup = calculator_html(examples)
         except (ValueError, SystemExit, Exception) as exc:  # a bad example: say which
             raise self.error(f"calculator example {examples!r}: {exc}") from None
-        for f in [ROOT / "src" / "trainmath" / "calculator.py", ROOT / "src" / "trainmath" / "cli.py"]:
+        for f in (ROOT / "src" / "trainmath" / "cli").glob("*.py"):
             self.env.note_dependency(str(f))
         return [nodes.raw("", markup, format="html")]
 

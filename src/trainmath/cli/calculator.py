@@ -1,17 +1,15 @@
-"""The calculator page's Python side: the command's own flags as a form, and its output as HTML.
+"""The calculator page's Python side: the command's flags as a form, and its result as HTML.
 
 The site's calculator runs this module in the reader's browser (Pyodide), so that the page
-computes nothing itself: the form is made from the command's argument parser
-(:func:`forms`, at docs build time), the form's values become the command's arguments
-(:func:`to_argv`), the command runs exactly as at a terminal with ``--json``
-(:func:`run_command`: :func:`trainmath.cli.command.main`, its stdout, stderr and exit status), and its
-result is drawn as HTML (:func:`~trainmath.report.page.render_estimate`: the per-device table in GB and GiB, the
-step's peak, whether it fits, a stacked bar of what is alive at the peak, and the arithmetic
-of every figure from :func:`trainmath.report.terms.explain`). Bad input gives the command's own
-message, and :func:`field_of` names the field it is about.
+computes nothing itself. The form is made from the command's flag table
+(:data:`trainmath.cli.flags.FLAGS`, by :func:`forms`, at docs build time); the form's values
+become the command's arguments (:func:`to_argv`); :func:`calculate` runs the command line once
+(:func:`trainmath.cli.command.execute`: one estimate or one plan per change of the form) and
+draws that same result as HTML (:data:`RENDERERS`), beside the JSON the command prints and a
+one-line summary. Bad input gives the command's own message, and :func:`field_of` names the
+field it is about: the first field the library's problems name that the reader filled in.
 
-Every subcommand of the parser gets a form (a tab of the page): one whose output this module
-does not draw shows the command's JSON as it is.
+Every subcommand gets a form (a tab of the page).
 
 >>> [f.name for f in forms()[0].groups[0].fields][:3]
 ['model', 'config', 'params']
@@ -26,9 +24,6 @@ does not draw shows the command's JSON as it is.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import json
 import os
 import re
@@ -36,15 +31,20 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .command import PROG, build_parser, main
-from ..report.page import _e, render_estimate, summarize_estimate, summarize_plan
-
+from ..planner.candidates import Plan
+from ..problems import Problem
+from ..report.page import escape, render_estimate, render_plan_page, summarize_estimate, summarize_plan
+from .command import Outcome, execute
+from .flags import COMMANDS, GROUPS, PROG, Flag, build_parser, flags_of
 
 #: Option metavars whose value is a file: the form has a text area, whose text is written to a
 #: file of that name (in the working directory) and the name passed to the command.
 FILE_METAVARS = ("PATH", "FILE")
-#: Actions the form leaves out: help, and --json, which the calculator always passes.
-_SKIP = ("help", "json")
+#: Flags the form leaves out: --json, which the calculator always passes.
+_SKIP = ("--json",)
+#: The library's names for a problem's fields where the form's differ (``zero_stage`` is
+#: ``--zero``, ``v`` is ``--interleave``); every other name is the flag's, with dashes.
+_FIELD_NAMES = {"zero_stage": "zero", "v": "interleave"}
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ class Field:
 
     ``name`` is its first long option without the dashes (the form field's name and the key in
     the page's URL); ``kind`` is "choice" (a select of ``choices``), "switch" (``--x`` or
-    ``--no-x``), "flag" (a checkbox), "file" (a text area), "text", or "positional".
-    ``default`` is the command's default as text ("" when it has none).
+    ``--no-x``), "flag" (a checkbox), "file" (a text area) or "text". ``default`` is the
+    command's default as text ("" when it has none).
     """
 
     name: str
@@ -64,17 +64,16 @@ class Field:
     default: str
     choices: tuple[str, ...] = ()
     metavar: str = ""
-    many: bool = False
 
     @property
     def flag(self) -> str:
-        """The option as the command line writes it, ``--seq-len`` (a positional: its name)."""
-        return self.flags[0] if self.flags else self.name
+        """The option as the command line writes it, ``--seq-len``."""
+        return self.flags[0]
 
 
 @dataclass(frozen=True)
 class Group:
-    """An argument group of the parser: its title and fields."""
+    """A group of the subcommand's flags: its title and fields."""
 
     title: str
     fields: tuple[Field, ...]
@@ -82,13 +81,11 @@ class Group:
 
 @dataclass(frozen=True)
 class Form:
-    """One subcommand: its name, help, and argument groups."""
+    """One subcommand: its name, help, and groups of fields."""
 
     command: str
     help: str
     groups: tuple[Group, ...]
-    #: whether the subcommand has ``--json`` (the calculator then always passes it)
-    json: bool = True
 
     def field(self, name: str) -> Field:
         """The field called ``name`` (its long option without dashes)."""
@@ -99,66 +96,48 @@ class Form:
         raise ValueError(f"unknown field {name!r} of {self.command!r}; accepted: "
                          + ", ".join(f.name for g in self.groups for f in g.fields))
 
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        """Every field, group by group."""
+        return tuple(f for g in self.groups for f in g.fields)
 
-def _field(action: argparse.Action) -> Field | None:
-    if action.dest in _SKIP or action.help == argparse.SUPPRESS:
-        return None
-    longs = [o for o in action.option_strings if o.startswith("--")]
-    name = longs[0][2:] if longs else action.dest
-    help_text = action.help or ""
-    default = action.default
-    default = "" if default in (None, False, argparse.SUPPRESS) else str(default)
-    metavar = action.metavar if isinstance(action.metavar, str) else ""
-    many = action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction)
-    choices = action.choices or getattr(action.type, "accepted", None)
-    if not action.option_strings:
-        kind = "positional"
-    elif isinstance(action, argparse.BooleanOptionalAction):
+
+def _field(f: Flag) -> Field:
+    if f.kind == "both":
         kind = "switch"
-    elif action.nargs == 0:
+    elif f.kind in ("on", "off"):
         kind = "flag"
-    elif choices and not many:
+    elif f.choices:
         kind = "choice"
-    elif metavar in FILE_METAVARS or isinstance(action.type, argparse.FileType):
+    elif f.metavar in FILE_METAVARS:
         kind = "file"
     else:
         kind = "text"
-    return Field(name, tuple(longs or action.option_strings), kind, help_text, default,
-                 tuple(str(c) for c in choices or ()), metavar, many)
+    default = "" if f.default in (None, False) else str(f.default)
+    return Field(f.name, f.names, kind, f.help, default, tuple(str(c) for c in f.choices),
+                 f.metavar or "")
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {a.dest: a.help or "" for a in action._choices_actions}
-            return [(name, helps.get(name, ""), sub) for name, sub in action.choices.items()]
-    return []
-
-
-def forms(parser: argparse.ArgumentParser | None = None) -> tuple[Form, ...]:
-    """A :class:`Form` for every subcommand of ``parser`` (default: the ``trainmath`` command's,
-    :func:`trainmath.cli.command.build_parser`), its groups and fields in the parser's order."""
-    parser = parser or build_parser()
+def forms() -> tuple[Form, ...]:
+    """A :class:`Form` for every subcommand of :data:`trainmath.cli.flags.COMMANDS`, its groups
+    and fields in the order of the flag table."""
     out = []
-    for name, help_text, sub in _subcommands(parser):
-        groups = []
-        for g in sub._action_groups:
-            fields = tuple(f for f in map(_field, g._group_actions) if f is not None)
-            if fields:
-                title = g.title if g.title not in ("options", "optional arguments",
-                                                   "positional arguments") else "options"
-                groups.append(Group(title, fields))
-        has_json = any("--json" in a.option_strings for a in sub._actions)
-        out.append(Form(name, help_text or sub.description or "", tuple(groups), has_json))
+    for command, (help_text, _) in COMMANDS.items():
+        flags = [f for f in flags_of(command) if f.names[0] not in _SKIP]
+        groups = [Group(title, tuple(_field(f) for f in flags if f.group == key))
+                  for key, title in GROUPS[command]]
+        own = tuple(_field(f) for f in flags if not f.group)
+        if own:
+            groups.insert(0, Group("options", own))
+        out.append(Form(command, help_text, tuple(g for g in groups if g.fields)))
     return tuple(out)
 
 
-def _form(command: str, parser: argparse.ArgumentParser | None = None) -> Form:
-    for f in forms(parser):
+def _form(command: str) -> Form:
+    for f in forms():
         if f.command == command:
             return f
-    raise ValueError(f"unknown command {command!r}; accepted: "
-                     + ", ".join(f.command for f in forms(parser)))
+    raise ValueError(f"unknown command {command!r}; accepted: " + ", ".join(COMMANDS))
 
 
 def file_name(field: Field) -> str:
@@ -168,18 +147,16 @@ def file_name(field: Field) -> str:
 
 
 def to_argv(command: str, values: Sequence[tuple[str, str]],
-            parser: argparse.ArgumentParser | None = None,
             write: Callable[[str, str], None] | None = None) -> list[str]:
-    """The command line the form's ``values`` (name, text) give, with ``--json`` where the
-    subcommand has it; an empty
+    """The command line the form's ``values`` (name, text) give, with ``--json``; an empty
     value is left out (the command's default). A "file" field's text goes to ``write(name,
     text)`` (default: a file in the working directory, :func:`file_name`) and the option gets
     the file's name."""
-    form = _form(command, parser)
-    argv, positional = [command], []
+    form = _form(command)
+    argv = [command]
     for name, text in values:
         f = form.field(name)
-        if f.kind not in ("file",):
+        if f.kind != "file":
             text = text.strip()
         if not text.strip():
             continue
@@ -193,13 +170,9 @@ def to_argv(command: str, values: Sequence[tuple[str, str]],
             path = file_name(f)
             (write or _write)(path, text)
             argv += [f.flag, path]
-        elif f.kind == "positional":
-            positional += text.split() if f.many else [text]
-        elif f.many:
-            argv += [f.flag, *text.split()]
         else:
             argv += [f.flag, text]
-    return argv + positional + (["--json"] if form.json else [])
+    return argv + ["--json"]
 
 
 def _write(path: str, text: str) -> None:
@@ -207,113 +180,101 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What the command did: its exit status and everything it printed."""
-
-    argv: tuple[str, ...]
-    status: int
-    stdout: str
-    stderr: str
-
-
 def run_command(argv: Sequence[str]) -> Outcome:
-    """Run ``trainmath`` (:func:`trainmath.cli.command.main`) with ``argv``, as at a terminal: its
-    stdout and stderr captured, its exit status returned."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(list(argv))
-        except SystemExit as exc:  # argparse's own exits (--help, a usage error)
-            status = exc.code if isinstance(exc.code, int) else 2
-    return Outcome(tuple(argv), status or 0, out.getvalue(), err.getvalue())
+    """Run ``trainmath`` with ``argv`` as at a terminal (:func:`trainmath.cli.command.execute`):
+    its exit status, what it printed, and what it computed."""
+    return execute(argv)
 
 
-def field_of(message: str, form: Form) -> str | None:
-    """The field an error message is about: the first option it names (``--seq-len``), else
-    the field whose name it mentions first, as a word (``seq_len``); None when neither."""
+def field_of(message: str, form: Form, problems: Sequence[Problem] = (),
+             given: Sequence[str] = ()) -> str | None:
+    """The field an error is about. With the library's ``problems``: the first field they name
+    that the reader filled in (``given``), else the first they name that the form has. Else,
+    from the message: the first option it names (``--seq-len``), then the field whose name it
+    mentions first, as a word (``seq_len``); None when neither."""
+    names = {f.name for f in form.fields}
+    named = [_FIELD_NAMES.get(k, k.replace("_", "-")) for p in problems for k in p.fields]
+    named = [n for n in named if n in names]
+    for n in named:
+        if n in given:
+            return n
+    if named:
+        return named[0]
     flags = {}
-    for g in form.groups:
-        for f in g.fields:
-            for flag in f.flags:
-                flags[flag] = f.name
-                if f.kind == "switch":
-                    flags["--no-" + flag[2:]] = f.name
+    for f in form.fields:
+        for flag in f.flags:
+            flags[flag] = f.name
+            if f.kind == "switch":
+                flags["--no-" + flag[2:]] = f.name
     for token in re.findall(r"--[a-z][a-z0-9-]*", message):
         if token in flags:
             return flags[token]
     found = []
-    for g in form.groups:
-        for f in g.fields:
-            m = re.search(rf"(?<![\w-]){re.escape(f.name.replace('-', '_'))}(?![\w-])", message)
-            if m:
-                found.append((m.start(), f.name))
+    for f in form.fields:
+        m = re.search(rf"(?<![\w-]){re.escape(f.name.replace('-', '_'))}(?![\w-])", message)
+        if m:
+            found.append((m.start(), f.name))
     return min(found)[1] if found else None
 
 
-def render_text(argv: Sequence[str], stdout: str) -> str:
-    """The command's own table for ``argv``: the same command run again without ``--json``
-    (for a subcommand, such as ``plan``, whose JSON is for scripts rather than for reading)."""
-    text = run_command([a for a in argv if a != "--json"]).stdout
-    return f'<pre class="tm-calc-text" tabindex="0">{_e(text)}</pre>'
+def _plan_page(p: Plan, outcome: Outcome) -> str:
+    return render_plan_page(p, outcome.args.top, outcome.args.explain)
 
 
-#: a one-line summary of each subcommand's JSON (a subcommand without one shows none)
-SUMMARIES: dict[str, Callable[[str], str]] = {"estimate": summarize_estimate,
-                                              "plan": summarize_plan}
+#: How the calculator draws each subcommand's result (the Estimate or the Plan it computed).
+RENDERERS: dict[str, Callable[[object, Outcome], str]] = {
+    "estimate": lambda e, outcome: render_estimate(e),
+    "plan": _plan_page,
+}
 
-#: How the calculator draws each subcommand's output; others show their JSON as it is.
-RENDERERS: dict[str, Callable[[Sequence[str], str], str]] = {"estimate": render_estimate,
-                                                            "plan": render_text}
+#: A one-line summary of each subcommand's result, for the bar that stays in view.
+SUMMARIES: dict[str, Callable[[object], str]] = {"estimate": summarize_estimate,
+                                                 "plan": summarize_plan}
 
 
-def calculate(command: str, values_json: str, parser: argparse.ArgumentParser | None = None
-              ) -> str:
+def calculate(command: str, values_json: str) -> str:
     """What the page calls on every change: the form's values (a JSON list of [name, text]
     pairs) in, a JSON object out: ``argv`` and ``command_line`` (as a terminal would run it),
     ``status``, ``stdout`` and ``stderr`` (the command's, unchanged), ``field`` (the field an
     error is about, or null), ``html`` (the result drawn, or "") and ``summary`` (one line of
-    it, :data:`SUMMARIES`, or "")."""
-    form = _form(command, parser)
+    it, or ""). The command line is computed once: the JSON, the drawing and the summary are
+    three renderings of the same result."""
+    form = _form(command)
     values = [(str(k), str(v)) for k, v in json.loads(values_json)]
+    given = [k for k, v in values if v.strip()]
     try:
-        argv = to_argv(command, values, parser)
+        argv = to_argv(command, values)
     except ValueError as exc:  # a value the form itself cannot pass on
         message = f"{PROG}: error: {exc}\n"
         return json.dumps({"argv": None, "command_line": None, "status": 2, "stdout": "",
                            "stderr": message, "field": field_of(message, form), "html": "",
                            "summary": ""})
-    outcome = run_command(argv)
+    outcome = execute(argv)
     page = summary = ""
     if outcome.status == 0:
-        render = RENDERERS.get(command)
-        page = (render(argv, outcome.stdout) if render else
-                f'<pre class="tm-calc-raw">{_e(outcome.stdout)}</pre>')
-        summarize = SUMMARIES.get(command)
-        summary = summarize(outcome.stdout) if summarize and "--json" in argv else ""
+        page = RENDERERS[command](outcome.result, outcome)
+        summary = SUMMARIES[command](outcome.result)
+    field = (field_of(outcome.stderr, form, outcome.problems, given) if outcome.status else None)
     return json.dumps({
         "argv": argv, "command_line": shlex.join([PROG, *argv]),
         "status": outcome.status, "stdout": outcome.stdout, "stderr": outcome.stderr,
-        "field": field_of(outcome.stderr, form) if outcome.status else None, "html": page,
-        "summary": summary})
+        "field": field, "html": page, "summary": summary})
 
 
-def form_values(argv: Sequence[str], parser: argparse.ArgumentParser | None = None,
-                check: bool = True) -> tuple[str, list[tuple[str, str]]]:
+def form_values(argv: Sequence[str], check: bool = True) -> tuple[str, list[tuple[str, str]]]:
     """The subcommand and form values (name, text) of a command line such as
     ``["estimate", "--model", "llama-3-8b", "--dp", "8"]``: the inverse of :func:`to_argv`,
     for the page's example inputs. With ``check`` the command line must parse."""
     argv = [a for a in argv if a != "--json"]
     if check:
-        (parser or build_parser()).parse_args([*argv])
-    form = _form(argv[0], parser)
+        build_parser().parse_args([*argv])
+    form = _form(argv[0])
     by_flag = {}
-    for g in form.groups:
-        for f in g.fields:
-            for flag in f.flags:
-                by_flag[flag] = (f, "on" if f.kind == "flag" else "yes")
-            if f.kind == "switch":
-                by_flag["--no-" + f.flags[0][2:]] = (f, "no")
+    for f in form.fields:
+        for flag in f.flags:
+            by_flag[flag] = (f, "on" if f.kind == "flag" else "yes")
+        if f.kind == "switch":
+            by_flag["--no-" + f.flags[0][2:]] = (f, "no")
     values, i = [], 1
     while i < len(argv):
         flag = argv[i]
@@ -333,3 +294,4 @@ def working_directory(path: str) -> None:
     """Make ``path`` (created if missing) the directory pasted files are written to."""
     os.makedirs(path, exist_ok=True)
     os.chdir(path)
+

@@ -60,23 +60,6 @@ class Candidate:
             text += f", v {lay.v}"
         return text + f", ZeRO-{self.zero_stage}, recompute {self.recompute}, b {self.micro_batch}"
 
-    def to_dict(self) -> dict:
-        """This candidate as the JSON of ``trainmath plan --json`` lists it."""
-        lay, t = self.layout, self.time
-        return {
-            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "v": lay.v,
-            "sequence_parallel": lay.sequence_parallel, "zero": self.zero_stage,
-            "recompute": self.recompute, "micro_batch": self.micro_batch,
-            "status": self.status, "reason": self.reason, "rank": self.rank,
-            "peak_bytes": None if self.peak is None else math.ceil(self.peak.n),
-            "step_seconds": None if t is None else t.total,
-            "time": None if t is None else {
-                "compute": t.compute, "recompute": t.recompute, "bubble": t.bubble,
-                "tp": t.tp, "cp": t.cp, "pp": t.pp, "dp": t.dp, "ep": t.ep},
-            "mfu": self.mfu, "tokens_per_second": self.tokens_per_second,
-            "limit": None if t is None else t.limit,
-        }
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -126,48 +109,3 @@ class Plan:
             if c.grid == (dp, tp, pp, cp):
                 return c.rank
         return None
-
-    def explain(self, top: int = 10) -> list[str]:
-        """For the best layout, why each other layout of the first ``top`` lost, one line each."""
-        best = self.best
-        lines = [f"best: {best.describe()}: {best.time.total:.2f} s per step, "
-                 f"{best.peak.format('GB', 1)} peak, limited by {best.time.limit}"]
-        b = best.time
-        for c in self.ranking[1:top]:
-            t = c.time
-            diffs = {
-                "compute (recomputation)": t.compute - b.compute, "bubble": t.bubble - b.bubble,
-                "tp comm": t.tp - b.tp, "cp comm": t.cp - b.cp, "pp comm": t.pp - b.pp,
-                "dp comm": t.dp - b.dp,
-            }
-            worst = sorted(((v, k) for k, v in diffs.items() if v > 0), reverse=True)[:2]
-            why = " and ".join(f"{k} +{v:.2f} s" for v, k in worst) or "equal time, more memory"
-            lines.append(f"#{c.rank} {c.describe()}: {t.total - b.total:+.2f} s per step: {why}")
-        return lines
-
-    def to_dict(self) -> dict:
-        """The plan as ``trainmath plan --json`` prints it: inputs, ranking, every candidate."""
-        return {
-            "inputs": {
-                "model": self.model.name, "gpu": self.gpu, "gpus": self.gpus,
-                "node_gpus": self.node_gpus, "seq_len": self.seq_len,
-                "global_batch": self.global_batch, "recipe": self.training.recipe,
-                "implementation": self.training.implementation,
-                "optimizer": self.training.optimizer,
-                "usable_memory_bytes": math.ceil(self.memory.n),
-                "achievable": self.achievable, "nvlink_bytes_per_s": self.nvlink,
-                "network_bytes_per_s": self.network,
-                "overlap": {"dp": self.overlap.dp, "tp": self.overlap.tp,
-                            "pp": self.overlap.pp, "cp": self.overlap.cp},
-                "latency": None if self.latency is None else {
-                    "base_s": self.latency.base, "nvlink_step_s": self.latency.nvlink,
-                    "network_step_s": self.latency.network, "source": self.latency.source},
-            },
-            "ranking": [c.to_dict() for c in self.ranking],
-            "user_layout": None if self.user is None else self.user.to_dict(),
-            "candidates": [c.to_dict() for c in self.candidates],
-        }
-
-    def to_json(self) -> str:
-        """:meth:`to_dict`, indented by two spaces."""
-        return json.dumps(self.to_dict(), indent=2)

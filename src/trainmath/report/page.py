@@ -8,14 +8,16 @@ computed here.
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
-from typing import Sequence
 
-from ..cli.command import build_parser, to_run
-from .text import render
+from ..planner.candidates import Plan
+from ..runs.estimates import Estimate
 from ..units import Bytes
+from .data import estimate_dict
+from .facts import assumed, fit, whole
+from .terms import explain
+from .text import render, render_plan
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -33,7 +35,8 @@ def _gib(n: int) -> str:
     return Bytes(n).format("GiB", 2)
 
 
-def _e(text: object) -> str:
+def escape(text: object) -> str:
+    """``text`` safe to put in HTML, quotes included."""
     return html.escape(str(text), quote=True)
 
 
@@ -52,12 +55,12 @@ def _bar(parts: dict[str, int], capacity: int | None, alt: str) -> str:
         segs.append(f'<span class="tm-calc-seg" style="width:{width:.3f}%;'
                     f'background:var(--tm-fig-{color})"></span>')
         keys.append(f'<li><span class="tm-calc-key" style="background:var(--tm-fig-{color})">'
-                    f'</span>{_e(name)} {_gb(n)}</li>')
+                    f'</span>{escape(name)} {_gb(n)}</li>')
     mark = ""
     if capacity:
         mark = (f'<span class="tm-calc-cap" style="left:{100 * capacity / scale:.3f}%">'
                 '</span>')
-    return (f'<div class="tm-calc-bar" role="img" aria-label="{_e(alt)}">{"".join(segs)}{mark}'
+    return (f'<div class="tm-calc-bar" role="img" aria-label="{escape(alt)}">{"".join(segs)}{mark}'
             f'</div><ul class="tm-calc-legend">{"".join(keys)}'
             + ('<li><span class="tm-calc-key tm-calc-key-cap"></span>the GPU\'s memory</li>'
                if capacity else "") + "</ul>")
@@ -67,14 +70,14 @@ def _terms_html(terms) -> str:
     out = []
     for t in terms:
         value = "" if t.value is None else f": {_gb(math.ceil(t.value.n))}"
-        inputs = "".join(f"<dt><var>{_e(k)}</var></dt><dd>{_e(v)}</dd>" for k, v in t.inputs)
-        note = f"<p>{_e(t.note)}</p>" if t.note else ""
+        inputs = "".join(f"<dt><var>{escape(k)}</var></dt><dd>{escape(v)}</dd>" for k, v in t.inputs)
+        note = f"<p>{escape(t.note)}</p>" if t.note else ""
         out.append(
-            f'<details class="tm-calc-term" id="{_slug(t.name)}"><summary>{_e(t.name)}{value}'
-            f'</summary><p class="tm-calc-formula"><code>{_e(t.name)} = {_e(t.formula)}</code>'
-            f'</p>{"<dl>" + inputs + "</dl>" if inputs else ""}<p><code>{_e(t.arithmetic)}'
-            f'</code></p>{note}<p>Source: {_e(t.source)}. Explained in '
-            f'<a href="{_e(t.link)}">{_e(_page_title(t.link))}</a>.</p></details>')
+            f'<details class="tm-calc-term" id="{_slug(t.name)}"><summary>{escape(t.name)}{value}'
+            f'</summary><p class="tm-calc-formula"><code>{escape(t.name)} = {escape(t.formula)}</code>'
+            f'</p>{"<dl>" + inputs + "</dl>" if inputs else ""}<p><code>{escape(t.arithmetic)}'
+            f'</code></p>{note}<p>Source: {escape(t.source)}. Explained in '
+            f'<a href="{escape(t.link)}">{escape(_page_title(t.link))}</a>.</p></details>')
     return "".join(out)
 
 
@@ -87,29 +90,27 @@ def _page_title(link: str) -> str:
     return _TITLES.get(link.split(".html")[0], link)
 
 
-def render_estimate(argv: Sequence[str], stdout: str) -> str:
-    """The HTML the calculator shows for ``trainmath estimate`` run with ``argv`` (which printed
-    ``stdout``, its JSON): what the command's table shows, a stacked bar of the peak, and the
-    arithmetic of each figure (:func:`trainmath.report.terms.explain`)."""
-    from .terms import explain
-    from ..runs.estimates import estimate
-
-    data = json.loads(stdout)
-    est = estimate(to_run(build_parser().parse_args(list(argv))))
+def render_estimate(est: Estimate) -> str:
+    """The HTML the calculator shows for an estimate: what the command's table shows, a stacked
+    bar of what is alive at the peak, and the arithmetic of each figure
+    (:func:`trainmath.report.terms.explain`), from the :class:`~trainmath.runs.estimates.Estimate`
+    itself and its JSON (:func:`trainmath.report.data.estimate_dict`)."""
+    data = estimate_dict(est)
     inputs, per = data["inputs"], data["per_device"]
     name = inputs["model"] or "--params"
-    head = (f"<p><strong>{_e(name)}</strong>: {data['params']:,} parameters, recipe "
-            f"{_e(inputs['recipe'])}, {_e(inputs['optimizer'])} ({_e(inputs['optimizer_impl'])} "
-            f"step), ZeRO stage {inputs['zero']}; {_e(est.run.layout.describe())}")
-    if inputs["assumed"]:
-        head += f"; assumed: {_e(', '.join(inputs['assumed']).replace('_', ' '))}"
-    head += ".</p>"
+    head = (f"<p><strong>{escape(name)}</strong>: {data['params']:,} parameters, recipe "
+            f"{escape(inputs['recipe'])}, {escape(inputs['optimizer'])} "
+            f"({escape(inputs['optimizer_impl'])} step), ZeRO stage {inputs['zero']}; "
+            f"{escape(est.run.layout.describe())}.</p>")
+    said = assumed(est)
+    if said:
+        head += f"<p>{escape(said[0].upper() + said[1:])}.</p>"
     t = est.run.training
     if inputs["seq_len"] is not None and inputs["shape"] is not None:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         head += (f"<p>Activations: s = {inputs['seq_len']}, b = {inputs['micro_batch']}, "
-                 f"recompute {_e(t.recompute)}, {_e(t.implementation)} kernels ({_e(t.attention)} "
-                 f"attention{_e(kernel)}).</p>")
+                 f"recompute {escape(t.recompute)}, {escape(t.implementation)} kernels "
+                 f"({escape(t.attention)} attention{escape(kernel)}).</p>")
     if data["microbatches"] is not None:
         head += (f"<p>Pipeline: m = {data['microbatches']} micro-batches per step, bubble "
                  f"{data['pipeline_bubble']:.2%} of the ideal step (Narayanan et al. 2021).</p>")
@@ -118,61 +119,51 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
         where = f" (pipeline stage {data['pipeline_stage']}, the fullest)"
     rows = []
     for key, n in per.items():  # every kind the command reports, in its order
-        label = key.replace("_", " ")
-        link = _e(label)  # its arithmetic follows the table
+        label = escape(key.replace("_", " "))
         if n is None:
             why = "needs a model shape" if inputs["shape"] is None else "needs --seq-len"
-            rows.append(f"<tr><th scope=\"row\">{link}</th><td colspan=\"2\">not counted ({why})"
+            rows.append(f'<tr><th scope="row">{label}</th><td colspan="2">not counted ({why})'
                         "</td></tr>")
         else:
-            rows.append(f'<tr><th scope="row">{link}</th><td>{_gb(n)}</td><td>{_gib(n)}</td>'
+            rows.append(f'<tr><th scope="row">{label}</th><td>{_gb(n)}</td><td>{_gib(n)}</td>'
                         "</tr>")
     peak = data["peak"]
     stage = f" on stage {peak['pipeline_stage']}" if inputs["pp"] > 1 else ""
-    rows.append(f'<tr class="tm-calc-peak"><th scope="row">'
-                f'peak of a step</th><td>{_gb(peak["bytes"])}</td><td>{_gib(peak["bytes"])}'
-                "</td></tr>")
-    if data.get("overhead"):  # what no formula counts, as given (--overhead)
+    rows.append(f'<tr class="tm-calc-peak"><th scope="row">peak of a step</th>'
+                f'<td>{_gb(peak["bytes"])}</td><td>{_gib(peak["bytes"])}</td></tr>')
+    if data["overhead"]:  # what no formula counts, as given (--overhead)
         for label, n in (("overhead", data["overhead"]), ("peak + overhead", data["needed"])):
             rows.append(f'<tr><th scope="row">{label}</th><td>{_gb(n)}</td><td>{_gib(n)}</td>'
                         "</tr>")
-    host = data.get("host") or {}
-    if host.get("per_device"):  # offload: CPU memory
+    host = data["host"]
+    if host["per_device"]:  # offload: CPU memory
         for label, n in (("CPU memory per device", host["per_device"]),
-                         ("CPU memory per node", host.get("per_node"))):
+                         ("CPU memory per node", host["per_node"])):
             if n is not None:
                 rows.append(f'<tr><th scope="row">{label}</th><td>{_gb(n)}</td>'
                             f"<td>{_gib(n)}</td></tr>")
-    table = (f'<table class="tm-calc-table"><caption>Per device{_e(where)}</caption><thead><tr>'
-             '<th scope="col">memory</th><th scope="col">GB</th><th scope="col">GiB</th></tr>'
-             f'</thead><tbody>{"".join(rows)}</tbody></table>')
-    when = (f'<p class="tm-calc-when">The peak comes in the <strong>{_e(peak["phase"])}</strong>'
-            f'{_e(stage)}, at {_e(peak["moment"])}.</p>')
+    table = (f'<table class="tm-calc-table"><caption>Per device{escape(where)}</caption><thead>'
+             '<tr><th scope="col">memory</th><th scope="col">GB</th><th scope="col">GiB</th>'
+             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    when = (f'<p class="tm-calc-when">The peak comes in the <strong>{escape(peak["phase"])}'
+            f'</strong>{escape(stage)}, at {escape(peak["moment"])}.</p>')
     fits = ""
-    capacity = inputs["gpu_memory"]
-    if data["fits"] is not None:
-        gpu = est.run.gpu
-        what = (f"one {gpu.name} ({Bytes(capacity).format('MiB', 0)} = {_gb(capacity)}, as "
-                "nvidia-smi reports it)" if gpu.kind else _gb(capacity))
-        needed = data.get("needed", peak["bytes"])
-        at = "the peak" + (" with the overhead" if data.get("overhead") else "")
-        if data["fits"]:
-            verdict = f"yes, {_gb(capacity - needed)} to spare at {at}"
-        else:
-            verdict = f"no, {_gb(needed - capacity)} over at {at}"
-        fits = (f'<p class="tm-calc-fits" data-fits="{str(data["fits"]).lower()}">Fits in '
-                f"{_e(what)}: <strong>{_e(verdict)}</strong>.</p>")
+    verdict = fit(est)
+    if verdict is not None:
+        fits = (f'<p class="tm-calc-fits" data-fits="{str(verdict.fits).lower()}">Fits in '
+                f"{escape(verdict.where)}: <strong>{escape(verdict.verdict)}</strong>.</p>")
+    capacity = None if verdict is None else verdict.capacity.n
     parts = {k.replace("_", " "): v for k, v in peak["parts"].items()}
     alt = ("What is alive at the peak: " + ", ".join(f"{k} {_gb(v)}" for k, v in parts.items())
            + (f"; the GPU holds {_gb(capacity)}" if capacity else ""))
     bar = _bar(parts, capacity, alt)
-    time = data.get("time")
+    time = data["time"]
     if time:
         fits += (f"<p>Time to train: <strong>{time['days']:,.1f} days</strong>, "
                  f"{time['gpu_hours']:,.0f} GPU-hours, {time['tokens_per_second']:,.0f} tokens/s "
-                 f"({_e(time['peak'])}).</p>")
+                 f"({escape(time['peak'])}).</p>")
     terms = _terms_html(explain(est))
-    text = _e(render(est))  # the command's own table, as a terminal shows it
+    text = escape(render(est))  # the command's own table, as a terminal shows it
     return (f"{head}{table}{when}{fits}<h3>At the peak</h3>{bar}"
             f'<h3>Show the arithmetic</h3><div class="tm-calc-terms">{terms}</div>'
             f'<details class="tm-calc-text-box"><summary>What <code>trainmath estimate</code> '
@@ -180,31 +171,38 @@ def render_estimate(argv: Sequence[str], stdout: str) -> str:
             f'tabindex="0">{text}</pre></details>')
 
 
-def summarize_estimate(stdout: str) -> str:
-    """One line of ``trainmath estimate --json``'s output, for the bar that stays in view while
-    the form is edited: the step's peak per device, its phase, and whether it fits.
+def render_plan_page(p: Plan, top: int = 10, explain: bool = False) -> str:
+    """The HTML the calculator shows for a plan: the command's ranking table
+    (:func:`trainmath.report.text.render_plan`) of the same plan."""
+    return f'<pre class="tm-calc-text" tabindex="0">{escape(render_plan(p, top, explain))}</pre>'
 
-    >>> summarize_estimate('{"peak": {"bytes": 72345575568, "phase": "backward"}, "fits": true}')
+
+def summarize_estimate(est: Estimate) -> str:
+    """One line of an estimate, for the bar that stays in view while the form is edited: the
+    step's peak per device, its phase, and whether it fits.
+
+    >>> from trainmath.runs.description import run
+    >>> from trainmath.runs.estimates import estimate
+    >>> summarize_estimate(estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")))
     'Peak of a step: 72.35 GB per device (backward); fits'
     """
-    d = json.loads(stdout)
-    text = (f"Peak of a step: {Bytes(d['peak']['bytes']).format('GB', 2)} per device "
-            f"({d['peak']['phase']})")
-    if d.get("fits") is not None:
-        text += "; fits" if d["fits"] else "; does not fit"
+    top = est.peak.peak
+    text = f"Peak of a step: {whole(top.total).format('GB', 2)} per device ({top.phase})"
+    if est.fits is not None:
+        text += "; fits" if est.fits else "; does not fit"
     return text
 
 
-def summarize_plan(stdout: str) -> str:
-    """One line of ``trainmath plan --json``'s output: the fastest layout that fits.
+def summarize_plan(p: Plan) -> str:
+    """One line of a plan: the fastest layout that fits.
 
-    >>> summarize_plan('{"ranking": [{"dp": 16, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 2, '
-    ...                '"step_seconds": 6.39, "mfu": 0.6}], "candidates": [1, 2]}')
-    'Fastest of 1 that fit (2 considered): dp 16 × tp 1 × pp 1 × cp 1, ZeRO-2, 6.39 s a step, MFU 60.0%'
+    >>> from trainmath.planner.search import plan
+    >>> summarize_plan(plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64))
+    'Fastest of 20 that fit (568 considered): dp 8 × tp 1 × pp 1 × cp 1, ZeRO-3, 6.39 s a step, MFU 60.0%'
     """
-    d = json.loads(stdout)
-    best = d["ranking"][0]
-    ep = f" (ep {best['ep']})" if best.get("ep", 1) > 1 else ""
-    return (f"Fastest of {len(d['ranking'])} that fit ({len(d['candidates'])} considered): "
-            f"dp {best['dp']} × tp {best['tp']} × pp {best['pp']} × cp {best['cp']}{ep}, "
-            f"ZeRO-{best['zero']}, {best['step_seconds']:.2f} s a step, MFU {best['mfu']:.1%}")
+    best = p.best
+    lay = best.layout
+    ep = f" (ep {lay.ep})" if lay.ep > 1 else ""
+    return (f"Fastest of {len(p.ranking)} that fit ({len(p.candidates)} considered): "
+            f"dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}{ep}, "
+            f"ZeRO-{best.zero_stage}, {best.time.total:.2f} s a step, MFU {best.mfu:.1%}")

@@ -12,9 +12,10 @@ from ..memory.finetune import describe, share
 from ..memory.recipes import recipe
 from ..memory.sharding import OFFLOAD_ALIASES
 from ..model.moe import active_params
-from ..model.presets import preset_like
+from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
+from .facts import assumed, fit
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -28,19 +29,9 @@ def render(est: Estimate) -> str:
         lines.append(f"mixture of experts: {shape.experts} experts, top {shape.experts_per_token}"
                      + (f", {shape.shared_experts} shared" if shape.shared_experts else "")
                      + f"; {active_params(shape):,} parameters active per token")
-    if r.assumed:
-        given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
-                 "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
-        if r.adapter is not None:  # what peft and transformers do, not how the preset was trained
-            given["recipe"] = f"the adapter in {t.recipe}, as peft keeps it"
-            given["implementation"] = f"Hugging Face's kernels {t.implementation}"
-        like = None if shape is None else preset_like(shape)
-        how = ("no shape" if shape is None else "not a preset" if like is None
-               else f"as {like} is commonly trained" if like == shape.name
-               else f"the shape of {like}, as it is commonly trained")
-        if r.adapter is not None:
-            how = "as peft and transformers fine-tune"
-        lines.append(f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed))
+    said = assumed(est)
+    if said:
+        lines.append(said)
     st = est.adapter_states
     if st is not None:
         base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
@@ -99,21 +90,9 @@ def render(est: Estimate) -> str:
         lines.append(row("overhead", est.overhead) + f"   ({what})")
         if est.overhead.n:
             lines.append(row("peak + overhead", est.needed))
-    if r.gpu is not None:
-        capacity = Bytes(math.ceil(r.gpu.memory.n))
-        peak = Bytes(math.ceil(top.total.n)) + Bytes(math.ceil(est.overhead.n))
-        where = str(capacity)
-        if r.gpu.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
-            where = (f"one {r.gpu.name} ({capacity.format('MiB', 0)} = "
-                     f"{capacity.format('GB', 2)}, as nvidia-smi reports it)")
-            if r.gpu.memory != gpu(r.gpu.kind).memory.usable:
-                where = f"one {r.gpu.name} with {capacity} (--gpu-memory)"
-        at = "the peak" + (" with the overhead" if est.overhead.n else "")
-        if est.fits:
-            lines.append(f"fits in {where}: yes, {(capacity - peak).format('GB', 2)} to spare "
-                         f"at {at}")
-        else:
-            lines.append(f"fits in {where}: no, {(peak - capacity).format('GB', 2)} over at {at}")
+    verdict = fit(est)
+    if verdict is not None:
+        lines.append(f"fits in {verdict.where}: {verdict.verdict}")
     lines.extend(_host_lines(est))
     lines.extend(_time_lines(est))
     lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
@@ -222,7 +201,26 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
     if p.user is not None:
         lines.append(p.user.reason)
     if explain:
-        lines.extend(p.explain(top))
+        lines.extend(plan_reasons(p, top))
     lines.append(f"MFU: model FLOPs (6N + 12Lhs per token) over the dense {p.precision} peak; memory:")
     lines.append("  the step's peak from trainmath estimate (GB = 10^9 bytes)")
     return "\n".join(lines)
+
+
+def plan_reasons(p: Plan, top: int = 10) -> list[str]:
+    """For the best layout, why each other layout of the first ``top`` lost, one line each."""
+    best = p.best
+    lines = [f"best: {best.describe()}: {best.time.total:.2f} s per step, "
+             f"{best.peak.format('GB', 1)} peak, limited by {best.time.limit}"]
+    b = best.time
+    for c in p.ranking[1:top]:
+        t = c.time
+        diffs = {
+            "compute (recomputation)": t.compute - b.compute, "bubble": t.bubble - b.bubble,
+            "tp comm": t.tp - b.tp, "cp comm": t.cp - b.cp, "pp comm": t.pp - b.pp,
+            "dp comm": t.dp - b.dp,
+        }
+        worst = sorted(((v, k) for k, v in diffs.items() if v > 0), reverse=True)[:2]
+        why = " and ".join(f"{k} +{v:.2f} s" for v, k in worst) or "equal time, more memory"
+        lines.append(f"#{c.rank} {c.describe()}: {t.total - b.total:+.2f} s per step: {why}")
+    return lines

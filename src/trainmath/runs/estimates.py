@@ -36,7 +36,6 @@ megatron-te 64.5 GB 72.3 GB True
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from fractions import Fraction
@@ -101,7 +100,8 @@ class Estimate:
     ``stages`` has one device of each pipeline stage; ``device`` is the fullest (ties: the
     earliest). Their ``activations`` are zero when not counted: :attr:`activations` is None
     then, and :attr:`layer` too. Sizes are exact (a shard of an uneven split may be a
-    fraction of a byte); :meth:`to_dict` rounds them up to whole bytes. ``peak`` is the step's
+    fraction of a byte); the JSON (:func:`trainmath.report.data.estimate_dict`) rounds them up to
+    whole bytes. ``peak`` is the step's
     peak (:mod:`trainmath.memory.peak`) on the stage where it is highest, ``peak_stage``.
     """
 
@@ -200,72 +200,6 @@ class Estimate:
         return {"weights": d.weights, "gradients": d.gradients, "master weights": d.master_weights,
                 "optimizer states": d.optimizer_states, "activations": self.activations}
 
-    def to_dict(self) -> dict:
-        """The estimate as ``trainmath estimate --json`` prints it: whole bytes, inputs included."""
-        r, lay, t, batch = self.run, self.run.layout, self.run.training, self.run.batch
-        d, shape, layer = self.device, r.shape, self.layer
-        per_device = {"weights": d.weights, "gradients": d.gradients,
-                      "master_weights": d.master_weights, "optimizer_states": d.optimizer_states,
-                      "activations": self.activations, "total": self.total}
-        top = self.peak.peak
-        g, (units, held) = self.gathered, self.gathered_at_peak()
-        time = self.time
-        return {
-            "params": self.params,
-            "active_params": self.params if shape is None else param_breakdown(shape).active,
-            "per_device": {k: _whole(v) for k, v in per_device.items()},
-            "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
-                     "pipeline_stage": self.peak_stage,
-                     "parts": {k.replace(" ", "_"): _whole(v) for k, v in top.as_dict().items()},
-                     "gathered": None if g is None else {
-                         "unit_bytes": _whole(g.layer), "prefetch": g.prefetch,
-                         "units_at_peak": units, "root_bytes": _whole(g.root),
-                         "bytes_at_peak": _whole(held)}},
-            "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
-            "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
-            "pipeline_stage": self.pipeline_stage,
-            "microbatches": self.microbatches,
-            "pipeline_bubble": None if self.bubble is None else float(self.bubble),
-            "gpus": self.gpus,
-            "fits": self.fits,
-            "overhead": _whole(self.overhead),
-            "needed": _whole(top.total) + _whole(self.overhead),
-            "host": {"per_device": _whole(self.host), "per_node": _whole(self.host_per_node)},
-            "time": None if time is None else {
-                "flops_per_token": time.flops_per_token, "counted": time.counted,
-                "total_flops": time.total_flops, "peak_flops_per_gpu": time.peak.flops,
-                "peak": time.peak.describe(), "seconds": time.seconds,
-                "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
-                "tokens_per_second": time.tokens_per_second},
-            "finetune": self._finetune_dict(),
-            "inputs": {
-                "model": None if shape is None else shape.name,
-                "shape": None if shape is None else {
-                    f.name: getattr(shape, f.name) for f in fields(shape)
-                    if f.name not in ("name", "source")},
-                "recipe": t.recipe, "optimizer": t.optimizer, "optimizer_impl": t.optimizer_impl,
-                "zero": t.zero_stage,
-                "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
-                "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
-                "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
-                "interleave": lay.v, "recompute": t.recompute,
-                "implementation": t.implementation, "attention": t.attention,
-                "mlp_kernel": t.mlp_kernel,
-                "assumed": list(r.assumed),
-                "gpu": None if r.gpu is None else r.gpu.kind,
-                "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
-                "offload": t.offload,
-                "overhead": _whole(r.overhead),
-                "gpus_per_node": r.gpus_per_node,
-                "tokens": None if r.budget is None else r.budget.tokens,
-                "mfu": None if r.budget is None else float(r.budget.mfu),
-                "adapter": None if r.adapter is None else {
-                    "method": r.adapter.method, "rank": r.adapter.rank,
-                    "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
-                    "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
-            },
-        }
-
     @property
     def adapter_states(self) -> AdapterStates | None:
         """A LoRA or QLoRA run's states split into frozen base and adapter; None without one."""
@@ -273,23 +207,6 @@ class Estimate:
         if r.adapter is None:
             return None
         return _adapter_states(r.shape, r.adapter, recipe(r.training.recipe), r.training.optimizer)
-
-    def _finetune_dict(self) -> dict | None:
-        st = self.adapter_states
-        if st is None:
-            return None
-        return {"trainable_params": st.trainable, "frozen_params": st.frozen,
-                "frozen_weights": _whole(st.frozen_weights),
-                "adapter_weights": _whole(st.adapter_weights)}
-
-    def to_json(self) -> str:
-        """:meth:`to_dict` as the command prints it (indented by two spaces)."""
-        return json.dumps(self.to_dict(), indent=2)
-
-
-def _whole(b: Bytes | None) -> int | None:
-    """Whole bytes: a shard of an uneven division rounds up (that rank holds the extra byte)."""
-    return None if b is None else math.ceil(b.n)
 
 
 def estimate(run: Run) -> Estimate:

@@ -1,0 +1,432 @@
+"""The command's flags, declared once, as data: the argparse parsers and the calculator's form
+are both made from :data:`FLAGS`.
+
+A :class:`Flag` names its options, the subcommands that take it, the group it is shown in, its
+help, how its text becomes a value (an argument type, or a list of accepted words) and its
+default. :func:`build_parser` makes the ``trainmath`` parser from the table, group by group in
+the table's order; :mod:`trainmath.cli.calculator` makes the page's form from the same entries.
+A new flag is one entry here, and appears in ``--help``, the parser and the page.
+
+Names a flag accepts come from the library's own tables (presets, recipes and their aliases,
+GPUs and their aliases, ...), so every subcommand accepts the same names.
+
+>>> [f.names[0] for f in flags_of("plan")][-4:]
+['--top', '--layout', '--explain', '--json']
+>>> flag("estimate", "--gpu").choices == flag("plan", "--gpu").choices
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Sequence
+
+from ..hardware import GPU_ALIASES, GPUS
+from ..memory.finetune import METHODS, TARGETS, parse_targets
+from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
+from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
+from ..memory.sharding import OFFLOAD_ALIASES, STAGES
+from ..model.hfconfig import FAMILIES
+from ..model.presets import PRESETS
+from ..model.shape import MLP_KINDS, NORM_KINDS
+from ..units import Bytes, parse_bytes
+
+#: The command's name, as usage and error messages print it.
+PROG = "trainmath"
+_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block
+        raise UsageError(message)
+
+
+# -- argument types: a flag's text as a value, or a message naming what is accepted --------------
+def parse_count(text: str) -> int:
+    """A parameter count: ``7e9``, ``7B``, ``6738415616``, ``6,738,415,616`` or ``1.5T``."""
+    raw = text.strip().replace(",", "").replace("_", "")
+    scale = 1
+    if raw[-1:].upper() in _SUFFIXES:
+        scale, raw = _SUFFIXES[raw[-1].upper()], raw[:-1]
+    try:
+        value = Fraction(raw) * scale
+    except (ValueError, ZeroDivisionError):
+        value = None
+    if value is None or value <= 0 or value.denominator != 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive whole number of parameters; accepted: e.g. 7e9, 7B, "
+            "6738415616"
+        )
+    return int(value)
+
+
+def parse_positive(text: str) -> int:
+    """A positive whole number: ``8``."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def parse_memory(text: str) -> Bytes:
+    """An amount of memory: ``80GB``, ``141 GiB`` (:func:`trainmath.units.parse_bytes`)."""
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_tokens(text: str) -> int:
+    """A token count: ``15T``, ``2e12``, ``300B`` or ``300,000,000,000``."""
+    try:
+        return parse_count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive whole number of tokens; accepted: e.g. 15T, 2e12, 300B"
+        ) from None
+
+
+def parse_mfu(text: str) -> float:
+    """An MFU: a fraction in (0, 1] such as ``0.4``, or a percentage such as ``40%``."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an MFU; accepted: a fraction in (0, 1] such as 0.4, or 40%")
+    return value
+
+
+def parse_lora_targets(text: str) -> tuple[str, ...]:
+    """LoRA targets, ``q,v`` or ``all`` (:func:`trainmath.memory.finetune.parse_targets`)."""
+    try:
+        return parse_targets(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_probability(text: str) -> float:
+    """A dropout probability: a number from 0 up to (not including) 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a dropout probability; accepted: a "
+                                         "number from 0 up to (not including) 1, e.g. 0.05")
+    return value
+
+
+def parse_fraction(text: str) -> float:
+    """A fraction from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1")
+    return value
+
+
+def parse_rate(text: str) -> float:
+    """A bandwidth in GB/s (10^9 bytes per second, each way), as bytes per second."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GB/s")
+    return value * 10**9
+
+
+def one_of(what: str, accepted: Sequence, convert: Callable = str) -> Callable:
+    """An argument type that accepts one of ``accepted`` and names the rest when it refuses."""
+    names = ", ".join(str(a) for a in accepted)
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value not in accepted:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; accepted: {names}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+# -- the table ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Flag:
+    """One flag of one or more subcommands.
+
+    ``names`` are its options (the first is its name; ``--recipe`` also answers to
+    ``--precision``). ``kind`` is "value" (takes a value), "on" (a switch that is off unless
+    given), "off" (``--no-double-quant``: stores False) or "both" (``--dropout`` /
+    ``--no-dropout``). A value is parsed by ``parse`` or, with ``choices``, must be one of them
+    (``what`` names them in the refusal; ``convert`` turns the text first, as ``int`` for the
+    ZeRO stage). ``group`` is a key of :data:`GROUPS`, "" for the subcommand's own options.
+    """
+
+    names: tuple[str, ...]
+    commands: tuple[str, ...]
+    group: str
+    help: str = ""
+    kind: str = "value"
+    parse: Callable | None = None
+    choices: tuple = ()
+    what: str = ""
+    convert: Callable = str
+    default: object = None
+    metavar: str | None = None
+    required: bool = False
+    dest: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The flag without its dashes: ``seq-len``; the calculator's field name."""
+        return self.names[0][2:]
+
+    @property
+    def key(self) -> str:
+        """Where argparse stores the value: ``seq_len`` (or ``dest``)."""
+        return self.dest or self.name.replace("-", "_")
+
+    def value_type(self) -> Callable | None:
+        """The argument type argparse calls on the text."""
+        if self.choices:
+            return one_of(self.what, self.choices, self.convert)
+        return self.parse
+
+
+#: The subcommands: (help in the command's list, description at the top of its --help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimate": ("memory per device for a model, precision, optimizer and layout",
+                 "Memory one device needs to train a model: model states and activations."),
+    "plan": ("every parallel layout that fits, ranked by predicted step time",
+             "Rank the layouts dp × tp × pp × cp (with ZeRO stage, recomputation, micro-batch and "
+             "interleaving) of a model on GPUs by predicted step time."),
+}
+
+#: Each subcommand's groups of flags, in the order --help and the form show them: (key, title).
+GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "estimate": (("model", "model (a preset, a parameter count, or a shape)"),
+                 ("training", "training"),
+                 ("extras", "what the formulas leave out, offload, and time"),
+                 ("finetune", "fine-tuning (LoRA, QLoRA)")),
+    "plan": (("model", "model (a preset, or a shape)"), ("run", "the run"),
+             ("assumptions", "assumptions (stated in the output)"), ("output", "output")),
+}
+
+_BOTH = ("estimate", "plan")
+_EST = ("estimate",)
+_PLAN = ("plan",)
+_RECIPES = (*RECIPES, *RECIPE_ALIASES)
+_GPUS = (*GPUS, *GPU_ALIASES)
+
+
+def _positive_flags(commands, group, specs):
+    return [Flag((f"--{name}",), commands, group, help, parse=parse_positive, default=default,
+                 metavar=metavar) for name, help, default, metavar in specs]
+
+
+#: Every flag of every subcommand, in the order each subcommand shows them.
+#:
+#: :meta hide-value:
+FLAGS: tuple[Flag, ...] = (
+    # the model, shared by estimate and plan
+    Flag(("--model",), _BOTH, "model", "one of: " + ", ".join(PRESETS), choices=tuple(PRESETS),
+         what="model preset", metavar="PRESET"),
+    Flag(("--config",), _BOTH, "model", "a Hugging Face config.json (families: "
+         + ", ".join(FAMILIES) + "); the model is named by PATH", metavar="PATH"),
+    Flag(("--params",), _BOTH, "model", "parameter count (7e9, 7B, 6738415616); model states only",
+         parse=parse_count, metavar="N"),
+    *_positive_flags(_BOTH, "model", (("layers", "transformer layers L", None, None),
+                                      ("hidden", "hidden size h", None, None),
+                                      ("heads", "attention heads a", None, None),
+                                      ("kv-heads", "key-value heads (GQA); default: heads", None, None),
+                                      ("ffn", "MLP width", None, None),
+                                      ("vocab", "vocabulary size V", None, None))),
+    Flag(("--mlp",), _BOTH, "model", "gelu or swiglu", choices=MLP_KINDS, what="mlp"),
+    Flag(("--norm",), _BOTH, "model", "layernorm or rmsnorm", choices=NORM_KINDS, what="norm"),
+    Flag(("--dropout",), _BOTH, "model", "dropout after attention and MLP (saves masks)", kind="both"),
+    Flag(("--tied-embeddings",), _BOTH, "model", "the LM head shares the embedding matrix", kind="on"),
+    *_positive_flags(_BOTH, "model", (
+        ("experts", "routed experts per layer (mixture of experts); default: dense", None, None),
+        ("experts-per-token", "experts each token is routed to (top-k)", None, "K"),
+        ("shared-experts", "experts every token goes through besides the routed ones", None, "N"),
+        ("expert-ffn", "MLP width of one expert; default: --ffn", None, "WIDTH"))),
+    # estimate: training
+    Flag(("--recipe", "--precision"), _EST, "training", "how the model states are kept, one of: "
+         + ", ".join(_RECIPES) + " (zero-paper is bf16-mixed); default: what the preset is "
+         "trained with, else bf16-mixed. --precision is its older name", choices=_RECIPES,
+         what="recipe", metavar="NAME"),
+    Flag(("--optimizer",), _EST, "training", "one of: " + ", ".join(OPTIMIZERS) + " (default adamw)",
+         choices=tuple(OPTIMIZERS), what="optimizer", default="adamw"),
+    Flag(("--optimizer-impl",), _EST, "training", "how the optimizer step runs: "
+         + ", ".join(OPTIMIZER_IMPLS) + " (its temporaries at the step); default: the recipe's",
+         choices=OPTIMIZER_IMPLS, what="optimizer implementation", metavar="IMPL"),
+    Flag(("--zero",), _EST, "training", "ZeRO stage 0, 1, 2 or 3 (0: plain data parallelism); "
+         "default: the recipe's (fsdp2: 3, deepspeed: 2, else 0)", choices=STAGES,
+         what="ZeRO stage", convert=int),
+    *_positive_flags(_EST, "training", (("dp", "data-parallel size", 1, None),
+                                        ("tp", "tensor-parallel size", 1, None),
+                                        ("pp", "pipeline-parallel size", 1, None),
+                                        ("cp", "context-parallel size", 1, None),
+                                        ("ep", "expert-parallel size, within dp (a mixture of experts)", 1, None),
+                                        ("interleave", "model chunks per pipeline device (interleaved 1F1B)", 1, "V"),
+                                        ("gpus", "check that dp·tp·pp·cp equals this", None, None))),
+    Flag(("--sequence-parallel",), _EST, "training", kind="on", default=False),
+    *_positive_flags(_EST, "training", (
+        ("seq-len", "sequence length s (for activations)", None, None),
+        ("micro-batch", "micro-batch size b", 1, None),
+        ("global-batch", "sequences per step: gives the micro-batches m and the bubble", None, "B"))),
+    Flag(("--recompute",), _EST, "training", "none, selective or full", choices=RECOMPUTE_KINDS,
+         what="recompute", default="none"),
+    Flag(("--implementation",), _EST, "training", "the kernels whose saved tensors are counted, one "
+         "of: " + ", ".join(IMPLEMENTATIONS) + "; default: what the preset is trained with, else "
+         "megatron-eager", choices=tuple(IMPLEMENTATIONS), what="implementation", metavar="NAME"),
+    Flag(("--attention",), _EST, "training", "eager (stores the s×s scores) or flash: the "
+         "implementation of the same kernel family with that attention", choices=ATTENTION_KINDS,
+         what="attention"),
+    Flag(("--mlp-kernel",), _EST, "training", "eager (SwiGLU saves four ffn-wide tensors) or fused "
+         "(three)", choices=MLP_KERNELS, what="mlp kernel", default="eager"),
+    Flag(("--gpu",), _EST, "training", "one of: " + ", ".join(_GPUS) + ": say whether it fits in the "
+         "memory nvidia-smi reports for it (its peak FLOP/s for --tokens)", choices=_GPUS,
+         what="GPU", metavar="NAME"),
+    Flag(("--gpu-memory",), _EST, "training", "memory of one device, e.g. 80GB or 141GiB: say "
+         "whether it fits (an \"80GB\" card holds more than 80GB: see --gpu); with --gpu it "
+         "overrides that GPU's memory", parse=parse_memory, metavar="SIZE"),
+    # estimate: what the formulas leave out, offload, and time
+    Flag(("--overhead",), _EST, "extras", "memory no formula counts (CUDA context, cuBLAS/cuDNN "
+         "workspaces, NCCL buffers, allocator fragmentation), added to the step's peak for the "
+         "fit, e.g. 2GiB; default 0 (not counted): the Command line page gives typical figures",
+         parse=parse_memory, default=Bytes(0), metavar="SIZE"),
+    Flag(("--offload",), _EST, "extras", "none; optimizer (ZeRO-Offload: master weights, optimizer "
+         "states and gradient partitions in CPU memory, ZeRO stage 2 or 3); params (ZeRO-Infinity "
+         "or FSDP2 CPUOffloadPolicy: every sharded state, ZeRO stage 3). Default none",
+         choices=("none", "optimizer", *OFFLOAD_ALIASES), what="offload", default="none",
+         metavar="WHAT"),
+    Flag(("--gpus-per-node",), _EST, "extras", "GPUs on one node: the CPU memory offload needs per "
+         "node", parse=parse_positive, metavar="N"),
+    Flag(("--tokens",), _EST, "extras", "tokens to train on (15T, 2e12): FLOPs per token, time and "
+         "GPU-hours on the run's GPUs; needs --mfu and --gpu", parse=parse_tokens, metavar="N"),
+    Flag(("--mfu",), _EST, "extras", "model FLOPs utilization assumed, 0.4 or 40%, of the GPU's "
+         "dense peak in the recipe's precision; no default: say it (published runs: about 0.4 to "
+         "0.56)", parse=parse_mfu, metavar="F"),
+    # estimate: fine-tuning
+    Flag(("--finetune",), _EST, "finetune", "full (every parameter trained, the default), lora (a "
+         "low-rank adapter on the frozen 16-bit model, Hu et al. 2021) or qlora (on a 4-bit NF4 "
+         "model, Dettmers et al. 2023); the adapter's weights follow --recipe (default fp32, as "
+         "peft keeps them)", choices=METHODS, what="fine-tuning method", default="full",
+         metavar="METHOD"),
+    Flag(("--lora-rank",), _EST, "finetune", "the adapter's rank r (default 16)",
+         parse=parse_positive, metavar="R"),
+    Flag(("--lora-targets",), _EST, "finetune", "matrices with an adapter, comma-separated from "
+         + ",".join(TARGETS) + ", or all (default q,v, peft's for Llama)", parse=parse_lora_targets,
+         metavar="LIST"),
+    Flag(("--lora-dropout",), _EST, "finetune", "peft's lora_dropout (default 0): above 0 each "
+         "adapter saves a mask and its own input", parse=parse_probability, metavar="P"),
+    Flag(("--no-double-quant",), _EST, "finetune", "qlora: fp32 block constants (0.5 bits per "
+         "weight) instead of Double Quantization's 8-bit ones (0.127 bits)", kind="off",
+         dest="double_quant"),
+    Flag(("--json",), _EST, "", "one JSON object on stdout", kind="on", default=False),
+    # plan: the run
+    Flag(("--gpu",), _PLAN, "run", "one of: " + ", ".join(_GPUS), choices=_GPUS, what="GPU",
+         metavar="KIND", required=True),
+    Flag(("--gpus",), _PLAN, "run", "GPUs in all", parse=parse_positive, required=True),
+    Flag(("--gpus-per-node",), _PLAN, "run", "GPUs per node (default: the GPU's DGX/HGX node, 8)",
+         parse=parse_positive, metavar="N"),
+    Flag(("--seq-len",), _PLAN, "run", "sequence length s", parse=parse_positive, required=True),
+    Flag(("--global-batch",), _PLAN, "run", "sequences per optimizer step", parse=parse_positive,
+         metavar="B", required=True),
+    Flag(("--recipe",), _PLAN, "run", "one of: " + ", ".join(_RECIPES) + "; default: the model's",
+         choices=_RECIPES, what="recipe", metavar="NAME"),
+    Flag(("--implementation",), _PLAN, "run", "one of: " + ", ".join(IMPLEMENTATIONS)
+         + "; default: the model's", choices=tuple(IMPLEMENTATIONS), what="implementation",
+         metavar="NAME"),
+    Flag(("--optimizer",), _PLAN, "run", choices=tuple(OPTIMIZERS), what="optimizer",
+         default="adamw"),
+    # plan: the step-time model's assumptions
+    Flag(("--achievable",), _PLAN, "assumptions", "share of the dense peak the matrix "
+         "multiplications sustain (default 0.6)", parse=parse_fraction, metavar="F"),
+    Flag(("--nvlink",), _PLAN, "assumptions", "GB/s each GPU sends inside a node (default: the "
+         "GPU's NVLink, one way)", parse=parse_rate, metavar="GB/s"),
+    Flag(("--network",), _PLAN, "assumptions", "GB/s each GPU sends across nodes (default: its DGX "
+         "network adapter)", parse=parse_rate, metavar="GB/s"),
+    *(Flag((f"--overlap-{kind}",), _PLAN, "assumptions", f"share of {kind} traffic hidden under "
+           "compute", parse=parse_fraction, metavar="F") for kind in ("dp", "tp", "pp", "cp")),
+    Flag(("--tp-across-nodes",), _PLAN, "assumptions", "allow tp beyond one node", kind="on",
+         default=False),
+    Flag(("--cp-across-nodes",), _PLAN, "assumptions", "allow tp × cp beyond one node", kind="on",
+         default=False),
+    Flag(("--latency",), _PLAN, "assumptions", "also charge each collective's latency (NCCL's ring "
+         "model)", kind="on", default=False),
+    # plan: output
+    Flag(("--top",), _PLAN, "output", "rows of the table (default 10)", parse=parse_positive,
+         default=10),
+    Flag(("--layout",), _PLAN, "output", "score your layout, e.g. dp=16,tp=8,pp=4 (also ep, v, "
+         "zero, recompute, b)", metavar="SPEC"),
+    Flag(("--explain",), _PLAN, "output", "why each runner-up lost to the best", kind="on",
+         default=False),
+    Flag(("--json",), _PLAN, "output", "one JSON object: every layout considered", kind="on",
+         default=False),
+)
+
+
+def flags_of(command: str) -> list[Flag]:
+    """The flags of ``command``, in the order its --help lists them."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}; accepted: {', '.join(COMMANDS)}")
+    return [f for f in FLAGS if command in f.commands]
+
+
+def flag(command: str, name: str) -> Flag:
+    """The flag of ``command`` called ``name`` (``"--seq-len"``)."""
+    for f in flags_of(command):
+        if name in f.names:
+            return f
+    raise ValueError(f"unknown flag {name!r} of {command!r}; accepted: "
+                     + ", ".join(f.names[0] for f in flags_of(command)))
+
+
+def _add(target, f: Flag) -> None:
+    """Add ``f`` to an argparse parser or group."""
+    kw: dict = {"help": f.help.replace("%", "%%") or None}  # argparse %-formats its help
+    if f.dest:
+        kw["dest"] = f.dest
+    if f.kind == "on":
+        target.add_argument(*f.names, action="store_true", default=f.default, **kw)
+    elif f.kind == "off":
+        target.add_argument(*f.names, action="store_false", default=None, **kw)
+    elif f.kind == "both":
+        target.add_argument(*f.names, action=argparse.BooleanOptionalAction, default=None, **kw)
+    else:
+        target.add_argument(*f.names, type=f.value_type(), default=f.default, metavar=f.metavar,
+                            required=f.required, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``trainmath`` argument parser, made from :data:`FLAGS`: a subcommand per entry of
+    :data:`COMMANDS`, its groups in the order of :data:`GROUPS`."""
+    parser = _Parser(prog=PROG, description="The arithmetic of large-model training, checked.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for command, (help_text, description) in COMMANDS.items():
+        p = sub.add_parser(command, help=help_text, description=description)
+        groups = {key: p.add_argument_group(title) for key, title in GROUPS[command]}
+        for f in flags_of(command):
+            _add(groups[f.group] if f.group else p, f)
+    return parser

@@ -1,0 +1,149 @@
+"""An estimate and a plan as the JSON that ``trainmath estimate --json`` and ``trainmath plan
+--json`` print: whole bytes (a shard of an uneven split rounds up: that rank holds the extra
+byte), every input the run used, and for a plan every candidate with the reason it was kept or
+dropped. The command and the calculator page print these; nothing here computes a figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+
+from ..model.shape import param_breakdown
+from ..planner.candidates import Candidate, Plan
+from ..runs.estimates import Estimate
+from ..units import Bytes
+
+
+def _whole(b: Bytes | None) -> int | None:
+    """Whole bytes: a shard of an uneven division rounds up (that rank holds the extra byte)."""
+    return None if b is None else math.ceil(b.n)
+
+
+def estimate_dict(e: Estimate) -> dict:
+    """``e`` as ``trainmath estimate --json`` prints it: whole bytes, inputs included."""
+    r, lay, t, batch = e.run, e.run.layout, e.run.training, e.run.batch
+    d, shape, layer = e.device, r.shape, e.layer
+    per_device = {"weights": d.weights, "gradients": d.gradients,
+                  "master_weights": d.master_weights, "optimizer_states": d.optimizer_states,
+                  "activations": e.activations, "total": e.total}
+    top = e.peak.peak
+    g, (units, held) = e.gathered, e.gathered_at_peak()
+    time = e.time
+    return {
+        "params": e.params,
+        "active_params": e.params if shape is None else param_breakdown(shape).active,
+        "per_device": {k: _whole(v) for k, v in per_device.items()},
+        "peak": {"bytes": _whole(top.total), "phase": top.phase, "moment": top.when,
+                 "pipeline_stage": e.peak_stage,
+                 "parts": {k.replace(" ", "_"): _whole(v) for k, v in top.as_dict().items()},
+                 "gathered": None if g is None else {
+                     "unit_bytes": _whole(g.layer), "prefetch": g.prefetch,
+                     "units_at_peak": units, "root_bytes": _whole(g.root),
+                     "bytes_at_peak": _whole(held)}},
+        "activations_per_layer": None if layer is None else _whole(layer.korthikanti),
+        "activations_per_layer_with_norm_statistics": None if layer is None else _whole(layer.total),
+        "pipeline_stage": e.pipeline_stage,
+        "microbatches": e.microbatches,
+        "pipeline_bubble": None if e.bubble is None else float(e.bubble),
+        "gpus": e.gpus,
+        "fits": e.fits,
+        "overhead": _whole(e.overhead),
+        "needed": _whole(top.total) + _whole(e.overhead),
+        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node)},
+        "time": None if time is None else {
+            "flops_per_token": time.flops_per_token, "counted": time.counted,
+            "total_flops": time.total_flops, "peak_flops_per_gpu": time.peak.flops,
+            "peak": time.peak.describe(), "seconds": time.seconds,
+            "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
+            "tokens_per_second": time.tokens_per_second},
+        "finetune": _finetune_dict(e),
+        "inputs": {
+            "model": None if shape is None else shape.name,
+            "shape": None if shape is None else {
+                f.name: getattr(shape, f.name) for f in fields(shape)
+                if f.name not in ("name", "source")},
+            "recipe": t.recipe, "optimizer": t.optimizer, "optimizer_impl": t.optimizer_impl,
+            "zero": t.zero_stage,
+            "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
+            "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
+            "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
+            "interleave": lay.v, "recompute": t.recompute,
+            "implementation": t.implementation, "attention": t.attention,
+            "mlp_kernel": t.mlp_kernel,
+            "assumed": list(r.assumed),
+            "gpu": None if r.gpu is None else r.gpu.kind,
+            "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),
+            "offload": t.offload,
+            "overhead": _whole(r.overhead),
+            "gpus_per_node": r.gpus_per_node,
+            "tokens": None if r.budget is None else r.budget.tokens,
+            "mfu": None if r.budget is None else float(r.budget.mfu),
+            "adapter": None if r.adapter is None else {
+                "method": r.adapter.method, "rank": r.adapter.rank,
+                "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
+                "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
+        },
+    }
+
+
+def _finetune_dict(e: Estimate) -> dict | None:
+    st = e.adapter_states
+    if st is None:
+        return None
+    return {"trainable_params": st.trainable, "frozen_params": st.frozen,
+            "frozen_weights": _whole(st.frozen_weights),
+            "adapter_weights": _whole(st.adapter_weights)}
+
+
+def estimate_json(e: Estimate) -> str:
+    """:func:`estimate_dict` as the command prints it (indented by two spaces)."""
+    return json.dumps(estimate_dict(e), indent=2)
+
+
+def candidate_dict(c: Candidate) -> dict:
+    """``c`` as the JSON of ``trainmath plan --json`` lists it."""
+    lay, t = c.layout, c.time
+    return {
+        "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "v": lay.v,
+        "sequence_parallel": lay.sequence_parallel, "zero": c.zero_stage,
+        "recompute": c.recompute, "micro_batch": c.micro_batch,
+        "status": c.status, "reason": c.reason, "rank": c.rank,
+        "peak_bytes": None if c.peak is None else math.ceil(c.peak.n),
+        "step_seconds": None if t is None else t.total,
+        "time": None if t is None else {
+            "compute": t.compute, "recompute": t.recompute, "bubble": t.bubble,
+            "tp": t.tp, "cp": t.cp, "pp": t.pp, "dp": t.dp, "ep": t.ep},
+        "mfu": c.mfu, "tokens_per_second": c.tokens_per_second,
+        "limit": None if t is None else t.limit,
+    }
+
+
+def plan_dict(p: Plan) -> dict:
+    """``p`` as ``trainmath plan --json`` prints it: inputs, ranking, every candidate."""
+    return {
+        "inputs": {
+            "model": p.model.name, "gpu": p.gpu, "gpus": p.gpus,
+            "node_gpus": p.node_gpus, "seq_len": p.seq_len,
+            "global_batch": p.global_batch, "recipe": p.training.recipe,
+            "implementation": p.training.implementation,
+            "optimizer": p.training.optimizer,
+            "usable_memory_bytes": math.ceil(p.memory.n),
+            "achievable": p.achievable, "nvlink_bytes_per_s": p.nvlink,
+            "network_bytes_per_s": p.network,
+            "overlap": {"dp": p.overlap.dp, "tp": p.overlap.tp,
+                        "pp": p.overlap.pp, "cp": p.overlap.cp},
+            "latency": None if p.latency is None else {
+                "base_s": p.latency.base, "nvlink_step_s": p.latency.nvlink,
+                "network_step_s": p.latency.network, "source": p.latency.source},
+        },
+        "ranking": [candidate_dict(c) for c in p.ranking],
+        "user_layout": None if p.user is None else candidate_dict(p.user),
+        "candidates": [candidate_dict(c) for c in p.candidates],
+    }
+
+
+def plan_json(p: Plan) -> str:
+    """:func:`plan_dict`, indented by two spaces."""
+    return json.dumps(plan_dict(p), indent=2)

@@ -1,0 +1,91 @@
+"""The facts every rendering of an estimate states in the same words: whether it fits, with how
+much to spare or over and at which figure, and what the run assumed because it was not given.
+
+The text (:mod:`trainmath.report.text`) and the HTML (:mod:`trainmath.report.page`) of an
+estimate print these; neither words them on its own.
+
+>>> from trainmath.runs.description import run
+>>> from trainmath.runs.estimates import estimate
+>>> f = fit(estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")))
+>>> f.where, f.verdict
+('one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it)', 'yes, 13.18 GB to spare at the peak')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..hardware import gpu as accelerator
+from ..model.presets import preset_like
+from ..runs.estimates import Estimate
+from ..units import Bytes
+
+
+def whole(b: Bytes) -> Bytes:
+    """Whole bytes, as the JSON reports them: a shard of an uneven split rounds up."""
+    return Bytes(math.ceil(b.n))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether the step fits the device: what it needs (the peak, plus the overhead when one is
+    given) against the device's memory, both in whole bytes, and how each is named."""
+
+    fits: bool
+    capacity: Bytes
+    needed: Bytes
+    #: the device, named: ``"one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it)"``
+    where: str
+    #: the figure compared: ``"the peak"`` or ``"the peak with the overhead"``
+    at: str
+
+    @property
+    def margin(self) -> Bytes:
+        """Memory to spare (fits) or over (does not)."""
+        return self.capacity - self.needed if self.fits else self.needed - self.capacity
+
+    @property
+    def verdict(self) -> str:
+        """``"yes, 13.18 GB to spare at the peak"`` or ``"no, 64.10 GB over at the peak"``."""
+        if self.fits:
+            return f"yes, {self.margin.format('GB', 2)} to spare at {self.at}"
+        return f"no, {self.margin.format('GB', 2)} over at {self.at}"
+
+
+def fit(est: Estimate) -> Fit | None:
+    """The :class:`Fit` of an estimate with a GPU; None without one."""
+    g = est.run.gpu
+    if g is None:
+        return None
+    capacity = whole(g.memory)
+    needed = whole(est.peak.bytes) + whole(est.overhead)
+    where = str(capacity)
+    if g.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
+        where = (f"one {g.name} ({capacity.format('MiB', 0)} = {capacity.format('GB', 2)}, as "
+                 "nvidia-smi reports it)")
+        if g.memory != accelerator(g.kind).memory.usable:
+            where = f"one {g.name} with {capacity} (--gpu-memory)"
+    at = "the peak" + (" with the overhead" if est.overhead.n else "")
+    return Fit(bool(est.fits), capacity, needed, where, at)
+
+
+def assumed(est: Estimate) -> str | None:
+    """What the run took from defaults, and why: ``"assumed (as llama-3-8b is commonly
+    trained): recipe bf16-mixed, kernels megatron-te, the recipe's fused optimizer step"``;
+    None when it assumed nothing."""
+    r, t, shape = est.run, est.run.training, est.run.shape
+    if not r.assumed:
+        return None
+    given = {"recipe": f"recipe {t.recipe}", "implementation": f"kernels {t.implementation}",
+             "optimizer_impl": f"the recipe's {t.optimizer_impl} optimizer step"}
+    if r.adapter is not None:  # what peft and transformers do, not how the preset was trained
+        given["recipe"] = f"the adapter in {t.recipe}, as peft keeps it"
+        given["implementation"] = f"Hugging Face's kernels {t.implementation}"
+    like = None if shape is None else preset_like(shape)
+    how = ("no shape" if shape is None else "not a preset" if like is None
+           else f"as {like} is commonly trained" if like == shape.name
+           else f"the shape of {like}, as it is commonly trained")
+    if r.adapter is not None:
+        how = "as peft and transformers fine-tune"
+    return f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed)
