@@ -12,7 +12,6 @@ import pytest
 
 from trainmath.memory import step
 from trainmath.model.presets import preset
-from trainmath.memory.recipes import bytes_per_param, recipe
 from trainmath.parallel.layout import Layout
 from trainmath.time.communication import communication
 from trainmath.parallel.placement import stage_params
@@ -40,9 +39,9 @@ def test_the_fullest_stage_is_among_those_built(kw):
     model = kw.pop("model")
     r_ = run(model, sequence_parallel=kw.get("tp", 1) > 1, gpu="h100-sxm", **kw)
     e = estimate(r_)
-    t = r_.training
-    r, per = recipe(t.recipe), bytes_per_param(t.recipe, t.optimizer)
-    peaks = [_step_peak(step._stage_inputs(r_, r, per, d, a, False)).bytes
+    peaks = [_step_peak(step.stage_inputs(shape=r_.shape, layout=r_.layout, training=r_.training,
+                                          batch=r_.batch, device=d, activations=a,
+                                          fsdp2=False)).bytes
              for d, a in zip(e.stages, e.saved)]
     top = max(range(len(peaks)), key=lambda i: (peaks[i], -i))
     assert (e.peak_stage, e.peak.bytes) == (top, peaks[top])

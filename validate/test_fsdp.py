@@ -5,7 +5,7 @@ sharded with ``torch.distributed.fsdp.fully_shard`` under a fake process group, 
 time in this process; it runs one forward, backward and optimizer step. For every rank the test
 counts the bytes of the storages behind the sharded parameters, their gradients and the
 optimizer state, and of each unit's unsharded parameters while it computes, and asserts they
-equal :func:`trainmath.memory.sharding.fsdp2_rank` exactly.
+equal :func:`trainmath.memory.fsdp2.fsdp2_rank` exactly.
 
 The measurements are also compared with the committed docs/_data/fsdp-check.json, which the
 ZeRO and FSDP page reads. After a deliberate change, refresh it with
@@ -29,7 +29,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E4
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
-from trainmath.memory.sharding import fsdp2_rank  # noqa: E402
+from trainmath.memory.fsdp2 import fsdp2_rank  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "_data" / "fsdp-check.json"
 REFRESH = "TRAINMATH_REFRESH_FSDP_CHECK"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..memory.finetune import Adapter
-from ..memory.sharding import fsdp2_rank
+from ..memory.fsdp2 import fsdp2_rank
 from ..model.shape import ModelShape, param_shapes
 from ..runs.description import run
 from ..runs.estimates import Estimate, estimate

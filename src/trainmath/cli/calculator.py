@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from ..planner.candidates import Plan
 from ..problems import Problem
-from ..report.page import escape, render_estimate, render_plan_page, summarize_estimate, summarize_plan
+from ..report.page import render_estimate, render_plan_page, summarize_estimate, summarize_plan
 from .command import Outcome, execute
 from .flags import COMMANDS, GROUPS, PROG, Flag, build_parser, flags_of
 

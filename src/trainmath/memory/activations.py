@@ -119,6 +119,45 @@ def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
 
 
 @dataclass(frozen=True)
+class Split:
+    """One micro-batch on one device: sequence length s, micro-batch b, and how tensor and
+    context parallelism split it (``tp``, ``sequence_parallel``, ``cp``)."""
+
+    seq_len: int
+    micro_batch: int
+    tp: int = 1
+    sequence_parallel: bool = False
+    cp: int = 1
+
+    @property
+    def tokens(self) -> Fraction:
+        """Tokens of this micro-batch on this device: s·b/cp."""
+        return Fraction(self.seq_len * self.micro_batch, self.cp)
+
+    @property
+    def replicated(self) -> Fraction:
+        """The share of a tensor-parallel-replicated tensor a device holds: 1/tp with sequence
+        parallelism, else all of it."""
+        return Fraction(1, self.tp) if self.sequence_parallel else Fraction(1)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """How a layer runs: recomputation, attention, the kernel family and MLP kernel, and the
+    bytes of its values, dropout-mask entries and norm statistics; ``autocast`` for
+    ``torch.autocast`` over fp32 parameters (see :func:`layer_activations`)."""
+
+    recompute: str = "none"
+    attention: str = "eager"
+    family: str = "megatron"
+    mlp_kernel: str = "eager"
+    value_bytes: int = 2
+    mask_bytes: int = MASK_BYTES
+    stat_bytes: int = STAT_BYTES
+    autocast: bool = False
+
+
+@dataclass(frozen=True)
 class Saved:
     """One tensor (one storage) saved for backward, with its bytes on one device.
 
@@ -266,8 +305,10 @@ def layer_activations(
         problems += kernel_problems(model, implementation, tp=tp, cp=cp, recompute=recompute,
                                     sequence_parallel=sequence_parallel, mlp_kernel=mlp_kernel)
     check(problems)
-    return _layer(model, s, b, tp, bool(sequence_parallel), cp, recompute, attention,
-                  value_bytes, mask_bytes, stat_bytes, mlp_kernel, family, bool(autocast))
+    return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp),
+                  Kernels(recompute=recompute, attention=attention, family=family,
+                          mlp_kernel=mlp_kernel, value_bytes=value_bytes, mask_bytes=mask_bytes,
+                          stat_bytes=stat_bytes, autocast=bool(autocast)))
 
 
 def _projections(model: ModelShape, block: str) -> int:
@@ -279,19 +320,20 @@ def _projections(model: ModelShape, block: str) -> int:
 
 
 @lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
-def _layer(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
-           recompute: str, attention: str, value_bytes: int, mask_bytes: int,
-           stat_bytes: int, mlp_kernel: str = "eager", family: str = "megatron",
-           autocast: bool = False) -> LayerActivations:
-    """:func:`layer_activations` on inputs already checked (by it, or by ``estimate.Run``)."""
+def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
+    """:func:`layer_activations` on inputs already checked (by it, or by a
+    :class:`~trainmath.runs.description.Run`)."""
     h, a, f, kv = model.hidden, model.heads, model.ffn, model.kv_dim
     q = model.q_dim  # a · head_dim: h, unless the shape gives its head width (Gemma)
-    tokens = Fraction(s * b, cp)  # tokens of this micro-batch on this device
+    s, b, tp = sp.seq_len, sp.micro_batch, sp.tp
+    recompute, attention, mlp_kernel = k.recompute, k.attention, k.mlp_kernel
+    stat_bytes, autocast = k.stat_bytes, k.autocast
+    tokens = sp.tokens  # tokens of this micro-batch on this device
     split = Fraction(1, tp)  # share of a tensor-parallel-split tensor
-    rep = split if sequence_parallel else Fraction(1)  # share of a replicated tensor
-    v, m = value_bytes, mask_bytes
+    rep = sp.replicated  # share of a replicated tensor
+    v, m = k.value_bytes, k.mask_bytes
     r = FP32_BYTES if autocast else v  # the residual stream: fp32 parameters under autocast
-    hf = family == "hf"
+    hf = k.family == "hf"
 
     def saved(block: str, name: str, n: Fraction, statistic: bool = False) -> Saved:
         return Saved(block, name, Bytes(n), statistic)

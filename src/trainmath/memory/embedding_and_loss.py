@@ -13,7 +13,7 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
-from .activations import LayerActivations, Saved, _check_split
+from .activations import Kernels, LayerActivations, Saved, Split, _check_split
 from .kernels import FP32_BYTES, MASK_BYTES, STAT_BYTES, _kernels
 from ..model.shape import ModelShape
 from ..units import Bytes, positive_int
@@ -29,20 +29,21 @@ def input_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
     al. 2022 §4.3 (who count only the mask).
     """
     s, b, tp, cp = _check_split(s, b, tp, cp)
-    return _input(model, s, b, tp, bool(sequence_parallel), cp, positive_int("mask_bytes", mask_bytes))
+    return _input(model, Split(s, b, tp, bool(sequence_parallel), cp),
+                  Kernels(mask_bytes=positive_int("mask_bytes", mask_bytes)))
 
 
 @lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
-def _input(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
-           mask_bytes: int) -> LayerActivations:
+def _input(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     """:func:`input_activations` on checked inputs."""
-    tokens = Fraction(s * b, cp)
-    rep = Fraction(1, tp) if sequence_parallel else Fraction(1)
+    tokens, rep = sp.tokens, sp.replicated
     out = [Saved("embedding", "token ids (int64)", Bytes(8 * tokens))]
     if model.positions:
-        out.append(Saved("embedding", "position ids (int64, shared by the batch)", Bytes(Fraction(8 * s, cp))))
+        out.append(Saved("embedding", "position ids (int64, shared by the batch)",
+                         Bytes(Fraction(8 * sp.seq_len, sp.cp))))
     if model.dropout:
-        out.append(Saved("embedding", "embedding dropout mask", Bytes(mask_bytes * tokens * model.hidden * rep)))
+        out.append(Saved("embedding", "embedding dropout mask",
+                         Bytes(k.mask_bytes * tokens * model.hidden * rep)))
     return LayerActivations(tuple(out))
 
 
@@ -57,16 +58,19 @@ def rotary_activations(model: ModelShape, s: int, *, cp: int = 1, value_bytes: i
     """
     s = positive_int("s (sequence length)", s)
     cp = positive_int("cp (context-parallel size)", cp)
-    return _rotary(model, s, cp, positive_int("value_bytes", value_bytes), bool(autocast))
+    return _rotary(model, Split(s, 1, cp=cp),
+                   Kernels(value_bytes=positive_int("value_bytes", value_bytes),
+                           autocast=bool(autocast)))
 
 
 @lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
-def _rotary(model: ModelShape, s: int, cp: int, value_bytes: int, autocast: bool) -> LayerActivations:
-    """:func:`rotary_activations` on checked inputs."""
+def _rotary(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
+    """:func:`rotary_activations` on checked inputs (the micro-batch does not matter: one pair
+    of tables per forward pass)."""
     if model.positions:
         return LayerActivations(())
-    r = FP32_BYTES if autocast else value_bytes
-    table = Bytes(r * Fraction(s, cp) * model.rotary_width)  # partial rotary: fewer dims
+    r = FP32_BYTES if k.autocast else k.value_bytes
+    table = Bytes(r * Fraction(sp.seq_len, sp.cp) * model.rotary_width)  # partial rotary
     return LayerActivations((Saved("rotary", "cos table (s × head_dim)", table),
                              Saved("rotary", "sin table (s × head_dim)", table)))
 
@@ -94,19 +98,19 @@ def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
     """
     s, b, tp, cp = _check_split(s, b, tp, cp)
     family, _ = _kernels(implementation, None)
-    return _output(model, s, b, tp, bool(sequence_parallel), cp,
-                   positive_int("value_bytes", value_bytes), positive_int("stat_bytes", stat_bytes),
-                   family, bool(autocast))
+    return _output(model, Split(s, b, tp, bool(sequence_parallel), cp),
+                   Kernels(family=family, value_bytes=positive_int("value_bytes", value_bytes),
+                           stat_bytes=positive_int("stat_bytes", stat_bytes),
+                           autocast=bool(autocast)))
 
 
 @lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
-def _output(model: ModelShape, s: int, b: int, tp: int, sequence_parallel: bool, cp: int,
-            value_bytes: int, stat_bytes: int, family: str = "megatron",
-            autocast: bool = False) -> LayerActivations:
+def _output(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     """:func:`output_activations` on checked inputs."""
-    tokens = Fraction(s * b, cp)
-    rep = Fraction(1, tp) if sequence_parallel else Fraction(1)
-    h, V, v = model.hidden, model.vocab, value_bytes
+    tokens, rep, tp = sp.tokens, sp.replicated, sp.tp
+    s, b = sp.seq_len, sp.micro_batch
+    family, autocast, stat_bytes = k.family, k.autocast, k.stat_bytes
+    h, V, v = model.hidden, model.vocab, k.value_bytes
     r = FP32_BYTES if autocast else v
     stats = 2 if model.norm == "layernorm" else 1
     norm = "LayerNorm" if model.norm == "layernorm" else "RMSNorm"

@@ -54,6 +54,7 @@ from fractions import Fraction
 
 from .activations import LayerActivations, Saved
 from .recipes import ModelStates, Recipe, optimizer, recipe
+from ..derivations import Derivation, bytes_text, number_text
 from ..model.shape import ModelShape, param_count
 from ..problems import Problem, check
 from ..units import Bytes, choice, positive_int
@@ -357,3 +358,48 @@ def describe(adapter: Adapter) -> str:
         head = "LoRA (16-bit base)"
     drop = f", dropout {adapter.dropout:g}" if adapter.dropout else ""
     return f"{head} r = {adapter.rank} on {where}{drop}"
+
+
+def adapter_derivations(model: ModelShape, adapter: Adapter, r: Recipe, optimizer_name: str,
+                        states: AdapterStates) -> tuple[Derivation, ...]:
+    """The arithmetic of an adapter run's four kinds of model state: the frozen base (16-bit,
+    or NF4 for the decoder layers' matrices with its block constants, Dettmers et al. 2023 §3)
+    plus the adapter's weights, and the adapter's own gradients, master weights and optimizer
+    states (Hu et al. 2021, §4.1)."""
+    n, total = states.trainable, states.frozen
+    o = optimizer(optimizer_name)
+    value = r.state_value if o.state_bytes is None else o.state_bytes
+    per_state = o.states * value + o.overhead
+    trainable = ("Pₐ", f"the adapter's parameters (rank {adapter.rank} on "
+                       f"{','.join(adapter.targets)}): {n:,}")
+    if adapter.quantized:
+        q = quantized_params(model)
+        bits = nf4_bits_per_param(adapter.double_quant)
+        base_formula = "Q × b ÷ 8 + (P − Q) × 2 B"
+        base_arith = f"{q:,} × {number_text(bits)} ÷ 8 + {total - q:,} × {BASE_BYTES} B"
+        base_inputs = (("Q", f"the decoder layers' matrices, stored in NF4: {q:,}"),
+                       ("b", f"bits per NF4 weight, its block constants included: "
+                             f"{number_text(bits)}"),
+                       ("P", f"all the base model's parameters: {total:,}"))
+    else:
+        base_formula, base_arith = "P × 2 B", f"{total:,} × {BASE_BYTES} B"
+        base_inputs = (("P", f"the frozen base model's parameters, 16-bit: {total:,}"),)
+    source = "Hu et al. 2021 (LoRA), §4.1; Dettmers et al. 2023 (QLoRA), §3"
+
+    def term(name, formula, inputs, arithmetic, value):
+        return Derivation(name, formula, tuple(inputs), f"{arithmetic} = {bytes_text(value.n)}",
+                          value, value, source, "finetune")
+
+    return (
+        term("weights", f"{base_formula} + Pₐ × w", [*base_inputs, trainable,
+             ("w", f"the adapter's weight bytes in recipe {r.name}: {number_text(r.weights)} B")],
+             f"{base_arith} + {n:,} × {number_text(r.weights)} B", states.weights),
+        term("gradients", "Pₐ × g", [trainable, ("g", f"gradient bytes: {number_text(r.gradients)} B")],
+             f"{n:,} × {number_text(r.gradients)} B", states.gradients),
+        term("master weights", "Pₐ × m", [trainable, ("m", f"fp32 master copy: "
+                                                         f"{number_text(r.master_weights)} B")],
+             f"{n:,} × {number_text(r.master_weights)} B", states.master_weights),
+        term("optimizer states", "Pₐ × o", [trainable, ("o", f"{optimizer_name}'s states: "
+                                                           f"{number_text(per_state)} B")],
+             f"{n:,} × {number_text(per_state)} B", states.optimizer_states),
+    )

@@ -43,6 +43,7 @@ from fractions import Fraction
 from functools import cached_property
 
 from .recipes import optimizer_impl
+from ..derivations import Derivation, bytes_text
 from ..units import Bytes, positive_int
 
 
@@ -93,6 +94,19 @@ class StepPeak:
     def phase(self) -> str:
         """The phase the peak falls in: one of :data:`PHASES`."""
         return self.peak.phase
+
+    def derivation(self, where: str = "") -> Derivation:
+        """The arithmetic of the peak: everything alive at its moment, added up; ``where`` says
+        which pipeline stage (``" on pipeline stage 0"``)."""
+        top = self.peak
+        alive = top.as_dict()
+        total = sum((b.n for b in alive.values()), Fraction(0))
+        return Derivation("peak of a step", " + ".join(alive),
+                          tuple((k, bytes_text(v.n)) for k, v in alive.items()),
+                          " + ".join(bytes_text(v.n) for v in alive.values())
+                          + f" = {bytes_text(total)}", top.total, Bytes(total),
+                          "trainmath.memory.peak: what is alive at each moment of the step, "
+                          "checked against PyTorch", "peak", f"{top.phase}{where}, {top.when}")
 
 
 def optimizer_temporaries(impl: str, numel: int, largest: int | None = None,

@@ -22,7 +22,7 @@ gathered units, prefetch, FSDP2's root unit and fp32 reduce-scatter input, and C
 the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies, both with
 m micro-batches per step; ZeRO §7,
 ring factors from :mod:`trainmath.time.collectives`); and FSDP2's exact per-rank bytes with its
-dim-0 padding (:func:`fsdp2_rank`, checked against torch by validate/test_fsdp.py).
+dim-0 padding (:func:`trainmath.memory.fsdp2.fsdp2_rank`, checked against torch by validate/test_fsdp.py).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Sequence
 
 from .recipes import BytesPerParam, ModelStates, bytes_per_param, recipe
+from ..derivations import Derivation, bytes_text, number_text
 from ..time.collectives import ring_all_reduce_factor, ring_gather_factor
 from ..units import Bytes, positive_int
 
@@ -78,7 +80,7 @@ def zero_states(
     """Per-device model-state bytes for ZeRO ``stage`` (0-3) over ``n_d`` ranks (ZeRO §5.1–5.3).
 
     Sharded amounts are exact: Ψ/N_d may be a Fraction of a byte (the paper's idealised
-    even split; :func:`fsdp2_rank` models the padding a real engine adds).
+    even split; :func:`trainmath.memory.fsdp2.fsdp2_rank` models the padding a real engine adds).
 
     >>> str(zero_states(7_500_000_000, 64, 1).total)        # ZeRO Figure 1: 31.4 GB
     '31.4 GB'
@@ -441,122 +443,108 @@ def _dtype(name: object) -> str:
     return name  # type: ignore[return-value]
 
 
-# -- FSDP2, tensor by tensor ------------------------------------------------------------------
-# PyTorch's fully_shard (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_param.py and
-# _fsdp_collectives.py) shards each parameter on dim 0 with torch.chunk: every rank gets
-# ceil(d0/N) rows until the rows run out, so trailing ranks can get fewer or none. Each rank
-# allocates rank 0's (padded) chunk for its parameter, and the reduce-scatter output that holds
-# a unit's gradients is padded the same way; optimizer states are made with zeros_like (or
-# clone) of the unpadded local shard. Adam and AdamW add a float32 ``step`` per tensor.
-
-#: Bytes of the per-tensor step counter each torch.optim optimizer keeps (a float32 scalar).
-STEP_BYTES = {"adam": 4, "adamw": 4, "sgd": 0, "sgd-momentum": 0}
-
-
-def dim0_rows(rows: int, n: int) -> tuple[int, ...]:
-    """Rows of dim 0 that each of ``n`` ranks holds, as ``torch.chunk`` splits them.
-
-    ceil(rows/n) rows per rank until they run out: FSDP2's dim-0 sharding (torch 2.13,
-    ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``; checked by validate/test_fsdp.py).
-
-    >>> dim0_rows(5, 4)
-    (2, 2, 1, 0)
-    """
-    rows = positive_int("rows", rows)
-    n = positive_int("n", n)
-    chunk = -(-rows // n)
-    return tuple(max(0, min(chunk, rows - r * chunk)) for r in range(n))
-
-
-def _shape(shape: object) -> tuple[int, ...]:
-    if not isinstance(shape, (tuple, list)) or not shape:
-        raise ValueError(f"a parameter shape must be a non-empty tuple of sizes, got {shape!r}")
-    return tuple(positive_int("parameter dimension", d) for d in shape)
+# -- the arithmetic of a device's model states, written where the ZeRO formulas live --------------
+_ZERO = "Rajbhandari et al. 2020 (ZeRO), §5.1–5.3"
+#: The ZeRO stage from which each kind of state is sharded (ZeRO §5.1–5.3: P_os, P_g, P_p).
+SHARDED_FROM = {"weights": 3, "gradients": 2, "gradient copy": 1, "master weights": 1,
+                "optimizer states": 1}
 
 
 @dataclass(frozen=True)
-class Fsdp2Rank:
-    """What one rank holds after an optimizer step under FSDP2 (``fully_shard``)."""
+class Share:
+    """Parameters one device holds of one kind, and the ranks that shard their states: a dense
+    model's parameters over dp·cp, a mixture's routed experts over dp·cp/ep."""
 
-    shard_rank: int
-    shard_size: int
-    #: elements of this rank's shards (no padding)
-    numel: int
-    #: elements allocated for them (padded to rank 0's chunk)
-    padded_numel: int
-    parameters: Bytes
-    gradients: Bytes
-    optimizer_states: Bytes
-    #: bytes of each unit's unsharded parameters while it computes (padded, compute dtype)
-    unsharded_units: tuple[Bytes, ...]
-
-    @property
-    def total(self) -> Bytes:
-        """Parameters, gradients and optimizer states on this rank (gathered units not included)."""
-        return self.parameters + self.gradients + self.optimizer_states
-
-    @property
-    def padding(self) -> Bytes:
-        """Bytes of parameters and gradients that pad this rank's shards to rank 0's size."""
-        return (self.parameters + self.gradients) * Fraction(self.padded_numel - self.numel,
-                                                               self.padded_numel or 1)
+    params: int
+    ranks: int
+    symbol: str = "P"
+    ranks_symbol: str = "n"
+    what: str = "parameters on this device"
+    ranks_what: str = "ZeRO group dp·cp"
 
 
-def fsdp2_dtypes(precision: str = "fp32") -> tuple[int, int]:
-    """(bytes of a stored sharded parameter and its gradient, bytes of a gathered one).
+def _share_terms(shares, per_param, symbol, stage, shards_from):
+    """For one kind of state: each share's formula, arithmetic, amount and whether it is sharded."""
+    sharded = stage >= shards_from
+    formula, arithmetic, amount = [], [], Fraction(0)
+    for s in shares:
+        got = Fraction(per_param) * s.params / (s.ranks if sharded else 1)
+        amount += got
+        formula.append(f"{s.symbol} × {symbol}" + (f" ÷ {s.ranks_symbol}" if sharded else ""))
+        arithmetic.append(f"{s.params:,} × {number_text(per_param)} B"
+                          + (f" ÷ {s.ranks}" if sharded else ""))
+    return formula, arithmetic, amount, sharded
 
-    Under ``MixedPrecisionPolicy(param_dtype=bf16)`` the fp32 parameter is itself the master
-    copy: FSDP2 stores fp32 shards and fp32 gradients and casts to 16 bits (the recipe's
-    compute format) when it all-gathers (torch 2.13's ``fully_shard``; checked by
-    validate/test_fsdp.py). The ``fsdp2`` recipe is that setup: ``fsdp2_dtypes("fsdp2")`` is
-    ``fsdp2_dtypes("bf16-mixed")``.
+
+def _share_inputs(shares, stage, shards_from, sharded, where=""):
+    inputs = []
+    for s in shares:
+        inputs.append((s.symbol, f"{s.what}: {s.params:,}{where}"))
+    for s in shares:
+        if sharded:
+            inputs.append((s.ranks_symbol, f"{s.ranks_what}: {s.ranks} (stage {stage} shards this "
+                           f"from stage {shards_from})"))
+        elif s.ranks > 1:
+            inputs.append((s.ranks_symbol, f"{s.ranks_what}: {s.ranks}, not dividing this: stage "
+                           f"{stage} shards it only from stage {shards_from}"))
+    return inputs
+
+
+def state_derivations(shares: Sequence[Share], stage: int, per: BytesPerParam,
+                      values: ModelStates, recipe_name: str, optimizer_name: str, *,
+                      padded: bool = False, where: str = "") -> tuple[Derivation, ...]:
+    """The arithmetic of a device's weights, gradients, master weights and optimizer states:
+    each share's parameters times the recipe's bytes per parameter, divided by its ranks from
+    the ZeRO stage that shards that kind (:data:`SHARDED_FROM`). ``values`` are the figures;
+    with ``padded`` (FSDP2's exact shards) a figure may exceed its formula by the padding, and
+    says so. ``where`` follows each share's parameter count (``" of 70,553,706,496 (tp 8)"``).
+
+    >>> from trainmath.memory.recipes import bytes_per_param
+    >>> per = bytes_per_param("bf16-mixed", "adamw")
+    >>> states = zero_states(7_500_000_000, 64, 3)
+    >>> d = state_derivations([Share(7_500_000_000, 64)], 3, per, states, "bf16-mixed", "adamw")
+    >>> d[0].formula, d[0].arithmetic
+    ('P × w ÷ n', '7,500,000,000 × 2 B ÷ 64 = 234,375,000 B')
     """
-    r = recipe(precision)
-    return (r.master_weights or r.weights, r.compute)
+    name = recipe(recipe_name).name
+    kinds = (("weights", per.weights, "w", f"weight bytes in recipe {name}", values.weights),
+             ("master weights", per.master_weights, "m", f"fp32 master copy in recipe {name}",
+              values.master_weights),
+             ("optimizer states", per.optimizer_states, "o",
+              f"{optimizer_name}'s states in recipe {name}", values.optimizer_states))
+    out = {}
+    for kind, per_param, symbol, meaning, value in kinds:
+        formula, arithmetic, amount, sharded = _share_terms(shares, per_param, symbol, stage,
+                                                            SHARDED_FROM[kind])
+        inputs = [*_share_inputs(shares, stage, SHARDED_FROM[kind], sharded, where)]
+        inputs.insert(len(shares), (symbol, f"{meaning}: {number_text(per_param)} B per parameter"))
+        out[kind] = _derivation(kind, formula, arithmetic, amount, inputs, value, padded, "states")
+    # gradients: backward's (sharded from stage 2) and an fp32 copy for the step (from stage 1)
+    g, c = per.gradients, per.gradient_copy
+    fg, ag, amount, sharded_g = _share_terms(shares, g, "g", stage, SHARDED_FROM["gradients"])
+    if not c:
+        inputs = _share_inputs(shares, stage, SHARDED_FROM["gradients"], sharded_g, where)
+        inputs.insert(len(shares), ("g", f"gradient bytes the recipe keeps: {number_text(g)} B per "
+                                    "parameter"))
+        grads = _derivation("gradients", fg, ag, amount, inputs, values.gradients, padded, "states")
+    else:
+        fc, ac, copy, sharded_c = _share_terms(shares, c, "c", stage, SHARDED_FROM["gradient copy"])
+        inputs = [(s.symbol, f"{s.what}: {s.params:,}{where}") for s in shares]
+        inputs += [("g", f"backward's gradients: {number_text(g)} B per parameter"),
+                   ("c", f"the fp32 copy the optimizer steps from: {number_text(c)} B per "
+                         "parameter")]
+        inputs += [(s.ranks_symbol, f"{s.ranks_what}: {s.ranks} (stage {stage}: g sharded from "
+                    "stage 2, c from 1)") for s in shares]
+        grads = _derivation("gradients", fg + fc, ag + ac, amount + copy, inputs, values.gradients,
+                            padded, "frameworks")
+    return out["weights"], grads, out["master weights"], out["optimizer states"]
 
 
-def fsdp2_rank(
-    units: list[list[tuple[int, ...]]],
-    shard_size: int,
-    shard_rank: int,
-    precision: str = "fp32",
-    optimizer_name: str = "adamw",
-) -> Fsdp2Rank:
-    """Bytes one rank holds after ``fully_shard`` on each unit and one optimizer step.
-
-    ``units`` lists each ``fully_shard`` group's parameter shapes; ``shard_size`` is the mesh's
-    shard dimension (all ranks for FULL_SHARD, one node for HYBRID_SHARD) and ``shard_rank``
-    this rank's place in it. Exact for torch 2.13 on the CPU (checked by validate/test_fsdp.py).
-    """
-    n = positive_int("shard_size", shard_size)
-    if isinstance(shard_rank, bool) or not isinstance(shard_rank, int) or not 0 <= shard_rank < n:
-        raise ValueError(f"shard_rank must be a whole number from 0 to {n - 1}, got {shard_rank!r}")
-    if optimizer_name not in STEP_BYTES:
-        raise ValueError(
-            f"unknown optimizer {optimizer_name!r} for FSDP2; accepted: {', '.join(STEP_BYTES)}"
-        )
-    stored, gathered = fsdp2_dtypes(precision)
-    state_bytes = bytes_per_param(precision, optimizer_name).optimizer_states
-    numel = padded = tensors = 0
-    unit_bytes = []
-    for unit in units:
-        unit_padded = 0
-        for shape in unit:
-            dims = _shape(shape)
-            rest = math.prod(dims[1:])
-            rows = dim0_rows(dims[0], n)
-            numel += rows[shard_rank] * rest
-            unit_padded += rows[0] * rest
-            tensors += 1
-        padded += unit_padded
-        unit_bytes.append(Bytes(unit_padded * n * gathered))
-    return Fsdp2Rank(
-        shard_rank=shard_rank,
-        shard_size=n,
-        numel=numel,
-        padded_numel=padded,
-        parameters=Bytes(padded * stored),
-        gradients=Bytes(padded * stored),
-        optimizer_states=Bytes(numel * state_bytes + tensors * STEP_BYTES[optimizer_name]),
-        unsharded_units=tuple(unit_bytes),
-    )
+def _derivation(kind, formula, arithmetic, amount, inputs, value, padded, topic) -> Derivation:
+    note = ""
+    if padded and Bytes(amount) != value:
+        note = ("FSDP2 pads each layer's flat parameter to a multiple of n, so rank 0 holds "
+                f"{bytes_text(value.n)}, the formula's value rounded up to whole elements")
+    return Derivation(kind, " + ".join(formula), tuple(inputs),
+                      " + ".join(arithmetic) + f" = {bytes_text(amount)}", value, Bytes(amount),
+                      _ZERO, "fsdp2" if note else topic, note)

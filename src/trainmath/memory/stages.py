@@ -24,7 +24,8 @@ from .activations import LayerActivations, layer_activations
 from .embedding_and_loss import input_activations, output_activations, rotary_activations
 from .kernels import MASK_BYTES, STAT_BYTES
 from .recipes import BytesPerParam, ModelStates, bytes_per_param
-from .sharding import _zero_states, check_stage
+from .sharding import Share, _zero_states, check_stage, state_derivations
+from ..derivations import Derivation, bytes_text, number_text
 from ..model.shape import ModelShape
 from ..parallel.layout import Layout, pipeline_split_problems
 from ..problems import check
@@ -221,14 +222,71 @@ def stage_activations(
                                  **kernels)
               if stage == pp - 1 else None)
     rotary = rotary_activations(model, s, cp=cp, value_bytes=value_bytes, autocast=autocast)
-    return _stage(model, per_layer, embedding, output, pp, microbatches, held, rotary, v)
+    return _stage(model, per_layer, embedding=embedding, output=output, pp=pp,
+                  microbatches=microbatches, held=held, rotary=rotary, v=v)
 
 
-def _stage(model: ModelShape, per_layer: LayerActivations, embedding: LayerActivations | None,
-           output: LayerActivations | None, pp: int, microbatches: int | None,
-           held: Fraction, rotary: LayerActivations = LayerActivations(()),
-           v: int = 1) -> StageActivations:
+def _stage(model: ModelShape, per_layer: LayerActivations, *, embedding: LayerActivations | None,
+           output: LayerActivations | None, pp: int, microbatches: int | None, held: Fraction,
+           rotary: LayerActivations = LayerActivations(()), v: int = 1) -> StageActivations:
     """One stage's activations from its parts: the one place they are put together."""
     embedding_held = pp if microbatches is None else min(pp, microbatches)
     return StageActivations(per_layer, model.layers // pp, held, embedding, embedding_held, output,
                             rotary, v)
+
+
+# -- the arithmetic of one device's memory, written where it is computed -------------------------
+def state_derivations_of(d: DeviceMemory, per: BytesPerParam, recipe_name: str,
+                         optimizer_name: str, *, values: ModelStates | None = None,
+                         padded: bool = False, where: str = "") -> tuple[Derivation, ...]:
+    """The arithmetic of ``d``'s four kinds of model state (``values``: other figures for them,
+    FSDP2's exact shards): its dense parameters over the dp·cp ranks and, for a mixture of
+    experts, its routed experts' over the expert data-parallel group
+    (:func:`trainmath.memory.sharding.state_derivations`)."""
+    if d.expert_params:
+        shares = [Share(d.params - d.expert_params, d.zero_group,
+                        what="dense parameters on this device"),
+                  Share(d.expert_params, d.expert_zero_group, "Pₑ", "nₑ",
+                        "routed experts' parameters on this device",
+                        "expert data-parallel group dp·cp/ep")]
+    else:
+        shares = [Share(d.params, d.zero_group)]
+    return state_derivations(shares, d.zero_stage, per, d if values is None else values,
+                             recipe_name, optimizer_name, padded=padded, where=where)
+
+
+def activation_derivation(sa: StageActivations, stage: int, run_text: str, pipelined: bool
+                          ) -> Derivation:
+    """The arithmetic of one stage's activations: a layer's saved tensors times the layers on
+    the stage times the micro-batches in flight, plus the embedding's, the output layer's and
+    the rotary tables (Korthikanti et al. 2022 §4; Narayanan et al. 2021 §2.2). ``run_text``
+    says how the layer runs (``"s = 8192, b = 1, megatron-te kernels, recompute none"``)."""
+    A = sa.per_layer.total.n
+    inputs = [("A", f"one layer's saved tensors for one micro-batch ({run_text}): {bytes_text(A)}"),
+              ("L", f"layers on this pipeline stage: {sa.layers_on_stage}"),
+              ("k", f"micro-batches in flight on stage {stage}: {number_text(sa.held)}")]
+    formula = "A × L × k"
+    arithmetic = f"{bytes_text(A)} × {sa.layers_on_stage} × {number_text(sa.held)}"
+    got = sa.layers.n
+    if sa.embedding is not None:
+        inputs.append(("E", f"the embedding's tensors, for {sa.embedding_held} micro-batch(es) "
+                            f"in flight: {bytes_text(sa.embedding.total.n)} each"))
+        formula += " + E × e"
+        arithmetic += f" + {bytes_text(sa.embedding.total.n)} × {sa.embedding_held}"
+        got += sa.inputs.n
+    if sa.output is not None:
+        inputs.append(("O", f"final norm, LM head and loss, one micro-batch: "
+                            f"{bytes_text(sa.outputs.n)}"))
+        formula += " + O"
+        arithmetic += f" + {bytes_text(sa.outputs.n)}"
+        got += sa.outputs.n
+    if sa.rotary.total.n:
+        inputs.append(("R", "rotary tables, one pair per forward in flight and model chunk: "
+                            f"{bytes_text(sa.rotary.total.n)}"))
+        formula += " + R × k × v"
+        arithmetic += f" + {bytes_text(sa.rotary.total.n)} × {number_text(sa.held)} × {sa.chunks}"
+        got += sa.shared.n
+    return Derivation("activations", formula, tuple(inputs), arithmetic + f" = {bytes_text(got)}",
+                      sa.total, Bytes(got), "Korthikanti et al. 2022, §4 (tensor by tensor, "
+                      "trainmath.memory.activations); Narayanan et al. 2021, §2.2 (micro-batches "
+                      "in flight)", "pipeline" if pipelined else "activations")

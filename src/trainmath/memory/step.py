@@ -17,23 +17,24 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Sequence
 
-from .activations import LayerActivations, _layer
+from .activations import Kernels, LayerActivations, Split, _layer
 from .embedding_and_loss import _input, _output, _rotary
-from .finetune import AdapterStates, BASE_BYTES, matrices
-from .kernels import FP32_BYTES, MASK_BYTES, STAT_BYTES, implementation
+from .finetune import (Adapter, AdapterStates, BASE_BYTES, _frozen_output, _lora_layer,
+                       adapter_value_bytes, frozen_embedding, matrices)
+from .fsdp2 import STEP_BYTES, fsdp2_rank
+from .kernels import FP32_BYTES, implementation
 from .peak import GatheredUnits, StepInputs, _temporaries
-from .recipes import BytesPerParam, FP8_WEIGHT_CACHE_BYTES, Recipe, optimizer
-from .sharding import STEP_BYTES, fsdp2_rank
+from .recipes import FP8_WEIGHT_CACHE_BYTES, Recipe, optimizer, recipe
 from .stages import DeviceMemory, StageActivations, _stage
 from .training import Training
+from ..derivations import Derivation, bytes_text
 from ..model.shape import ModelShape, param_breakdown, param_count, param_shapes
 from ..parallel.layout import Batch, Layout
 from ..parallel.schedules import _in_flight
-from ..runs.description import Run
 from ..units import Bytes
 
 
-def _offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, Bytes]:
+def offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, Bytes]:
     """``d`` with its offloaded states moved out, and the host bytes they need.
 
     "optimizer" (ZeRO-Offload, Ren et al. 2021, §4: built on ZeRO-2): the master weights, the
@@ -57,7 +58,7 @@ def _offloaded(d: DeviceMemory, r: Recipe, offload: str) -> tuple[DeviceMemory, 
             host + d.weights)
 
 
-def _offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
+def offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
     """A step's inputs with the offloaded states gone from the GPU: the optimizer step runs on
     the CPU (no states, step counters, fp32 gradients or temporaries on the GPU) and each
     gradient partition leaves as it is reduced; with "parameters" the weights' shards leave
@@ -73,30 +74,67 @@ def _offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
                    gathered=None if g is None else replace(g, layer_sharded_grads=zero))
 
 
-def _activations(shape: ModelShape, lay: Layout, t: Training, r: Recipe, batch: Batch,
-                 m: int | None, stages: Sequence[int] | None = None
-                 ) -> tuple[LayerActivations, dict[int, StageActivations]]:
+def split_of(layout: Layout, batch: Batch) -> Split:
+    """One micro-batch of ``batch`` on one device of ``layout``."""
+    return Split(batch.seq_len, batch.micro_batch, layout.tp, layout.sequence_parallel, layout.cp)
+
+
+def kernels_of(training: Training, value_bytes: int | None = None, autocast: bool | None = None
+               ) -> Kernels:
+    """How ``training``'s layers run: its recomputation, attention and kernels, in its recipe's
+    compute format (or ``value_bytes``), under autocast when its recipe is."""
+    r = recipe(training.recipe)
+    return Kernels(recompute=training.recompute, attention=training.attention,
+                   family=implementation(training.implementation).family,
+                   mlp_kernel=training.mlp_kernel,
+                   value_bytes=r.compute if value_bytes is None else value_bytes,
+                   autocast=r.autocast if autocast is None else autocast)
+
+
+def activations(*, shape: ModelShape, layout: Layout, training: Training, batch: Batch,
+                microbatches: int | None, stages: Sequence[int] | None = None
+                ) -> tuple[LayerActivations, dict[int, StageActivations]]:
     """One layer's saved tensors, and the activations on one device of each stage (of
     ``stages``, default all), by stage."""
-    family = implementation(t.implementation).family
-    split = (shape, batch.seq_len, batch.micro_batch, lay.tp, lay.sequence_parallel, lay.cp)
-    layer = _layer(*split, t.recompute, t.attention, r.compute, MASK_BYTES, STAT_BYTES,
-                   t.mlp_kernel, family, r.autocast)
-    embedding = _input(*split, MASK_BYTES)
-    output = _output(*split, r.compute, STAT_BYTES, family, r.autocast)
-    rotary = _rotary(shape, batch.seq_len, lay.cp, r.compute, r.autocast)
-    pp = lay.pp
+    sp, k = split_of(layout, batch), kernels_of(training)
+    layer = _layer(shape, sp, k)
+    embedding = _input(shape, sp, k)
+    output = _output(shape, sp, k)
+    rotary = _rotary(shape, sp, k)
+    pp, v, m = layout.pp, layout.v, microbatches
     stage_acts = {
-        i: _stage(shape, layer, embedding if i == 0 else None, output if i == pp - 1 else None,
-                  pp, m, _in_flight(pp, lay.v, m, i), rotary, lay.v)
+        i: _stage(shape, layer, embedding=embedding if i == 0 else None,
+                  output=output if i == pp - 1 else None, pp=pp, microbatches=m,
+                  held=_in_flight(pp, v, m, i), rotary=rotary, v=v)
         for i in (range(pp) if stages is None else stages)
     }
     return layer, stage_acts
 
 
-def _fsdp2_device(shape: ModelShape, lay: Layout, t: Training, d: DeviceMemory) -> DeviceMemory:
-    """Rank 0's states under FSDP2, exactly (:func:`trainmath.memory.sharding.fsdp2_rank`); Adam's
+def adapter_activations(*, shape: ModelShape, adapter: Adapter, training: Training, batch: Batch
+                        ) -> tuple[LayerActivations, StageActivations]:
+    """A LoRA or QLoRA run's saved tensors: each layer's, through the frozen base (16-bit; QLoRA
+    dequantises to bf16) with the adapter's own tensors,
+    and the one device's, with the frozen embedding and output layer."""
+    compute = BASE_BYTES  # the frozen base computes in 16-bit (QLoRA: bf16, dequantised)
+    sp = Split(batch.seq_len, batch.micro_batch)
+    k = kernels_of(training, value_bytes=compute, autocast=False)
+    layer = _layer(shape, sp, k)
+    if training.recompute != "full":
+        layer = _lora_layer(layer, shape, adapter, sp.seq_len * sp.micro_batch, compute,
+                            adapter_value_bytes(recipe(training.recipe)), k.mask_bytes)
+    output = _frozen_output(_output(shape, sp, k))
+    stage = _stage(shape, layer, embedding=frozen_embedding(), output=output, pp=1,
+                   microbatches=None, held=_in_flight(1, 1, None, 0), rotary=_rotary(shape, sp, k),
+                   v=1)
+    return layer, stage
+
+
+def fsdp2_device(*, shape: ModelShape, layout: Layout, training: Training, device: DeviceMemory
+                 ) -> DeviceMemory:
+    """Rank 0's states under FSDP2, exactly (:func:`trainmath.memory.fsdp2.fsdp2_rank`); Adam's
     step counters are left out of the optimizer states, as everywhere in the estimate."""
+    lay, t, d = layout, training, device
     units = param_shapes(shape).units()
     rank = fsdp2_rank(units, lay.zero_group, 0, t.recipe, t.optimizer)
     counters = len(units[0]) * shape.layers + len(units[-1])
@@ -109,17 +147,23 @@ def _share(amount: Fraction | int, n: int, sharded: bool) -> Bytes:
     return Bytes(Fraction(amount) / n if sharded else Fraction(amount))
 
 
-def _count_only_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory) -> StepInputs:
+def count_only_inputs(*, params: int, layout: Layout, training: Training, device: DeviceMemory
+                      ) -> StepInputs:
     """The step of a run known by its parameter count: no activations, no tensor shapes."""
-    t, n, z, psi = run.training, run.layout.zero_group, run.training.zero_stage, run.params
+    t, d, psi = training, device, params
+    n, z, r = layout.zero_group, t.zero_stage, recipe(t.recipe)
     zero = Bytes(0)
     persistent = d.gradients if r.persistent_gradients else zero
     backward = zero if r.persistent_gradients else _share(psi * r.gradients, n, z >= 2)
     step = d.gradients + _share(psi * r.step_copy, n, z >= 1)
     numel = Fraction(psi, n) if z >= 1 else Fraction(psi)
     temps = _temporaries(t.optimizer_impl, numel, None, _state_value(r, t))
-    return StepInputs(d.weights, d.master_weights, d.optimizer_states, zero, persistent, backward,
-                      step, zero, zero, zero, zero, zero, zero, temps, 0)
+    return StepInputs(weights=d.weights, master_weights=d.master_weights,
+                      optimizer_states=d.optimizer_states, step_counters=zero,
+                      persistent_gradients=persistent, backward_gradients=backward,
+                      step_gradients=step, activations=zero, layer_activations=zero,
+                      output_activations=zero, logits=zero, logits16=zero, tied_gradients=zero,
+                      temporaries=temps, layers=0)
 
 
 def _state_value(r: Recipe, t: Training) -> int:
@@ -127,10 +171,14 @@ def _state_value(r: Recipe, t: Training) -> int:
     return r.state_value if o.state_bytes is None else o.state_bytes
 
 
-def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
-                  acts: StageActivations | None, fsdp2: bool) -> StepInputs:
-    """What one device of one pipeline stage holds over the step (:mod:`trainmath.memory.peak`)."""
-    shape, lay, t, batch = run.shape, run.layout, run.training, run.batch
+def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch: Batch,
+                 device: DeviceMemory, activations: StageActivations | None, fsdp2: bool
+                 ) -> StepInputs:
+    """What one device of one pipeline stage holds over the step (:mod:`trainmath.memory.peak`):
+    ``device``'s states, ``activations`` (None without a sequence), and with ``fsdp2`` FSDP2's
+    exact padded units for ZeRO-3."""
+    lay, t, d, acts = layout, training, device, activations
+    r = recipe(t.recipe)
     n, z, tp, pp = lay.zero_group, t.zero_stage, lay.tp, lay.pp
     first, last = d.stage == 0, d.stage == pp - 1
     shapes = param_shapes(shape)
@@ -171,23 +219,30 @@ def _stage_inputs(run: Run, r: Recipe, per: BytesPerParam, d: DeviceMemory,
         tokens = Fraction(batch.seq_len * batch.micro_batch, lay.cp)
         logits = Bytes(FP32_BYTES * tokens * Fraction(V, tp)) if last else zero
     logits16 = logits * Fraction(r.compute, FP32_BYTES)
-    gathered = _gathered(shape, lay, t, r, first, last, fsdp2) if z == 3 else None
+    gathered = (_gathered(shape=shape, layout=lay, training=t, last=last, fsdp2=fsdp2)
+                if z == 3 else None)
     # fp8 (Transformer Engine): each decoder layer's matrices, on this device, once in fp8 and
     # once transposed (1 + 1 bytes a weight: TE's FP8 weight caching and "Handling transposes")
     fp8_cache = zero
     if r.fp8_gemms and d.params:
         matrices = sum(x for x, s in zip(layer_tensors, shapes.layer) if len(s) > 1)
         fp8_cache = Bytes(FP8_WEIGHT_CACHE_BYTES * matrices * (shape.layers // pp))
-    return StepInputs(d.weights, d.master_weights, d.optimizer_states, counters, persistent,
-                      backward, step, A, layer_A, out_A, logits, logits16, tied, temps,
-                      shape.layers // pp, gathered, fp8_cache)
+    return StepInputs(weights=d.weights, master_weights=d.master_weights,
+                      optimizer_states=d.optimizer_states, step_counters=counters,
+                      persistent_gradients=persistent, backward_gradients=backward,
+                      step_gradients=step, activations=A, layer_activations=layer_A,
+                      output_activations=out_A, logits=logits, logits16=logits16,
+                      tied_gradients=tied, temporaries=temps, layers=shape.layers // pp,
+                      gathered=gathered, fp8_weight_cache=fp8_cache)
 
 
-def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: bool, last: bool,
+def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bool,
               fsdp2: bool) -> GatheredUnits:
     """ZeRO-3's unsharded units on one device: FSDP2's exact padded units (one per decoder
     layer and the root, which FSDP2 holds from the forward to the end of the backward), or for
     other ZeRO-3 engines a decoder layer and the LM head, even splits."""
+    lay, t = layout, training
+    r = recipe(t.recipe)
     n, tp = lay.zero_group, lay.tp
     c = r.compute
     reduce = r.reduce_bytes or c
@@ -200,8 +255,10 @@ def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: boo
         layer = layer_rank.unsharded_units[0]  # padded, in the compute format
         root = root_rank.unsharded_units[0]
         head = Bytes(c * (V * h + norms * h))  # the LM head's (or tied embedding's) and norm's
-        return GatheredUnits(layer, layer, layer * Fraction(reduce, c), layer_rank.gradients,
-                             root, head, root, root * Fraction(reduce, c))
+        return GatheredUnits(layer=layer, layer_grads=layer, layer_reduce=layer * Fraction(reduce, c),
+                             layer_sharded_grads=layer_rank.gradients, root=root,
+                             root_head_grads=head, root_grads=root,
+                             root_reduce=root * Fraction(reduce, c))
     routed = param_breakdown(shape).per_layer_routed  # a mixture's experts: ep·tp ways
     dense = Fraction(param_count(shape) - _root_params(shape) - shape.layers * routed,
                      shape.layers * tp)
@@ -209,8 +266,9 @@ def _gathered(shape: ModelShape, lay: Layout, t: Training, r: Recipe, first: boo
     layer = Bytes(c * (dense + experts))
     head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
     grads = Bytes(r.gradients * (dense / n + experts / lay.expert_zero_group))
-    return GatheredUnits(layer, layer, layer * Fraction(reduce, c), grads, head, head, head,
-                         head * Fraction(reduce, c))
+    return GatheredUnits(layer=layer, layer_grads=layer, layer_reduce=layer * Fraction(reduce, c),
+                         layer_sharded_grads=grads, root=head, root_head_grads=head,
+                         root_grads=head, root_reduce=head * Fraction(reduce, c))
 
 
 def _root_params(shape: ModelShape) -> int:
@@ -219,18 +277,18 @@ def _root_params(shape: ModelShape) -> int:
     return shape.vocab * shape.hidden + shape.positions * shape.hidden + norms * shape.hidden + head
 
 
-def _adapter_step_inputs(run: Run, r: Recipe, states: AdapterStates,
-                         acts: StageActivations | None) -> StepInputs:
+def adapter_inputs(*, shape: ModelShape, adapter: Adapter, training: Training, batch: Batch,
+                   states: AdapterStates, activations: StageActivations | None) -> StepInputs:
     """What one device holds over a step of an adapter run: only the adapter has gradients,
     step counters, a step copy and optimizer temporaries."""
-    shape, t, batch = run.shape, run.training, run.batch
+    t, acts, r = training, activations, recipe(training.recipe)
     n = states.trainable
     zero = Bytes(0)
     counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * states.trainable_tensors)
     backward = states.gradients
     step = states.gradients + Bytes(n * r.step_copy)
-    largest = max(a.rank * max(d_in, d_out) for a in (run.adapter,)
-                  for d_in, d_out in (matrices(shape)[m] for m in run.adapter.targets))
+    largest = max(adapter.rank * max(d_in, d_out)
+                  for d_in, d_out in (matrices(shape)[m] for m in adapter.targets))
     temps = _temporaries(t.optimizer_impl, n, largest, _state_value(r, t))
     if acts is None:
         A = layer_A = out_A = logits = zero
@@ -238,6 +296,44 @@ def _adapter_step_inputs(run: Run, r: Recipe, states: AdapterStates,
         A, layer_A, out_A = acts.total, acts.per_layer.total, acts.outputs
         logits = Bytes(FP32_BYTES * batch.seq_len * batch.micro_batch * shape.vocab)
     logits16 = logits * Fraction(BASE_BYTES, FP32_BYTES)
-    return StepInputs(states.weights, states.master_weights, states.optimizer_states, counters,
-                      zero, backward, step, A, layer_A, out_A, logits, logits16, zero, temps,
-                      shape.layers)
+    return StepInputs(weights=states.weights, master_weights=states.master_weights,
+                      optimizer_states=states.optimizer_states, step_counters=counters,
+                      persistent_gradients=zero, backward_gradients=backward, step_gradients=step,
+                      activations=A, layer_activations=layer_A, output_activations=out_A,
+                      logits=logits, logits16=logits16, tied_gradients=zero, temporaries=temps,
+                      layers=shape.layers)
+
+
+def offload_derivations(kinds: Sequence[Derivation], before: DeviceMemory, after: DeviceMemory,
+                        r: Recipe, offload: str, host: Bytes
+                        ) -> tuple[tuple[Derivation, ...], Derivation]:
+    """The arithmetic of :func:`offloaded`: each kind it moved is 0 on the GPU and its formula's
+    amount in host memory; and the host memory itself, the gradient partition in the master
+    weights' format, the master weights and the optimizer states (and the weights' shards with
+    "parameters")."""
+    source = "; offload: Ren et al. 2021 (ZeRO-Offload), Rajbhandari et al. 2021 (ZeRO-Infinity)"
+    moved = []
+    for k, was, now in zip(kinds, before.parts().values(), after.parts().values()):
+        if was == now:
+            moved.append(k)
+            continue
+        moved.append(Derivation(k.name, f"0 on the GPU ({k.formula} in host memory)", k.inputs,
+                                f"{k.arithmetic} in host memory (offload {offload}); on the GPU: "
+                                "0 B", now, now, k.source + source, "offload", k.note))
+    g = max(r.gradients, r.master_weights)
+    P, n = before.params, before.zero_group
+    formula = "P × max(g, m) ÷ n + master weights + optimizer states"
+    arithmetic = (f"{P:,} × {g} B ÷ {n} + {bytes_text(before.master_weights.n)} + "
+                  f"{bytes_text(before.optimizer_states.n)}")
+    if offload != "optimizer":
+        formula += " + weights"
+        arithmetic += f" + {bytes_text(before.weights.n)}"
+    return tuple(moved), Derivation(
+        "host memory", formula,
+        (("P", f"parameters on this device: {P:,}"),
+         ("g, m", f"gradient and master-weight bytes: {r.gradients} B and {r.master_weights} B "
+                  "per parameter"),
+         ("n", f"ZeRO group dp·cp: {n}")),
+        arithmetic + f" = {bytes_text(host.n)}", host, host,
+        "Ren et al. 2021 (ZeRO-Offload), §4; Rajbhandari et al. 2021 (ZeRO-Infinity); "
+        "DeepSpeed's estimate_zero3_model_states_mem_needs", "offload")

@@ -336,7 +336,7 @@ class ParamShapes:
 
     def units(self) -> list[list[tuple[int, ...]]]:
         """Each ``fully_shard`` unit's shapes, layers first and the root last, as
-        :func:`trainmath.memory.sharding.fsdp2_rank` takes them."""
+        :func:`trainmath.memory.fsdp2.fsdp2_rank` takes them."""
         return [list(self.layer) for _ in range(self.layers)] + [list(self.root)]
 
 

@@ -4,8 +4,6 @@ the reason it was kept or dropped), and the ranking of those that fit (:class:`P
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 
 from ..memory.recipes import peak_precision, recipe

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..hardware import INTERCONNECTS, gpu as accelerator, interconnect
+from ..hardware import gpu as accelerator, interconnect
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
 from ..memory.kernels import context_parallel_problems
 from ..memory.training import Training

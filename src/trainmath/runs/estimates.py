@@ -24,7 +24,8 @@
   token, time to train and GPU-hours (:class:`TrainingTime`; Kaplan et al. 2020, Chowdhery et
   al. 2022 Appendix B).
 
-The reports render the estimate as text (:mod:`trainmath.report.text`), JSON
+Each figure carries its derivation (:attr:`Estimate.derivations`), recorded where it is
+computed. The reports render the estimate as text (:mod:`trainmath.report.text`), JSON
 and HTML (:mod:`trainmath.report.page`). Pure, fast and
 free of I/O, so a planner can call it in a loop and a browser (Pyodide) can run it.
 
@@ -37,26 +38,27 @@ megatron-te 64.5 GB 72.3 GB True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from fractions import Fraction
 
 from ..hardware import Peak, gpu as _accelerator
-from ..memory.activations import LayerActivations, _layer
-from ..memory.embedding_and_loss import _output, _rotary
-from ..memory.finetune import AdapterStates, BASE_BYTES, _adapter_states, _frozen_output, _lora_layer, adapter_value_bytes, frozen_embedding
-from ..memory.kernels import MASK_BYTES, STAT_BYTES, implementation
+from ..memory.activations import LayerActivations
+from ..derivations import Derivation, bytes_text
+from ..memory.finetune import AdapterStates, _adapter_states, adapter_derivations
 from ..memory.peak import GatheredUnits, StepPeak, _step_peak
-from ..memory.recipes import BytesPerParam, Recipe, bytes_per_param, peak_precision, recipe
+from ..memory.recipes import bytes_per_param, peak_precision, recipe
 from ..memory.sharding import _zero_states
-from ..memory.stages import DeviceMemory, StageActivations, _device_memory, _stage, fullest
-from ..memory.step import _activations, _adapter_step_inputs, _count_only_inputs, _fsdp2_device, _offloaded, _offloaded_inputs, _stage_inputs
+from ..memory.stages import (DeviceMemory, StageActivations, _device_memory, activation_derivation,
+                             fullest, state_derivations_of)
+from ..memory.step import (activations, adapter_activations, adapter_inputs, count_only_inputs,
+                           fsdp2_device, offload_derivations, offloaded, offloaded_inputs,
+                           stage_inputs)
 from ..memory.training import Training
-from ..model.shape import param_breakdown
 from ..parallel.layout import _microbatches
-from ..parallel.schedules import _bubble, _in_flight
-from .description import Run
+from ..parallel.schedules import _bubble
 from ..time.flops import flops_per_token, time_to_train
 from ..units import Bytes
+from .description import Run
 
 
 # -- the estimate -------------------------------------------------------------------------------
@@ -124,6 +126,10 @@ class Estimate:
     host: Bytes = Bytes(0)
     #: with a :class:`~trainmath.runs.description.Budget`: FLOPs per token, time to train, GPU-hours
     time: TrainingTime | None = None
+    #: how each figure was computed, recorded where it was: the four kinds of model state, the
+    #: activations (when counted), host memory (with offload), the total, the peak, whether it
+    #: fits (with a GPU) and the time to train (with a budget), in that order
+    derivations: tuple[Derivation, ...] = ()
 
     @property
     def training(self) -> Training:
@@ -219,7 +225,7 @@ def estimate(run: Run) -> Estimate:
     lay, t, batch, shape = run.layout, run.training, run.batch, run.shape
     r = recipe(t.recipe)
     if run.adapter is not None:
-        return _adapter_estimate(run, r)
+        return _adapter_estimate(run)
     per = bytes_per_param(t.recipe, t.optimizer)
     if shape is None:  # a parameter count alone: model states on one data-parallel rank
         s = _zero_states(run.params, lay.zero_group, t.zero_stage, per)
@@ -227,26 +233,43 @@ def estimate(run: Run) -> Estimate:
             stage=0, params=run.params, zero_stage=t.zero_stage, zero_group=lay.zero_group,
             weights=s.weights, gradients=s.gradients, master_weights=s.master_weights,
             optimizer_states=s.optimizer_states, activations=Bytes(0))
-        peak = _step_peak(_offloaded_inputs(_count_only_inputs(run, r, per, device), t.offload))
-        device, host = _offloaded(device, r, t.offload)
-        return Estimate(run, (device,), device, None, None, None, peak, host=host,
-                        time=_time(run))
+        inputs = count_only_inputs(params=run.params, layout=lay, training=t, device=device)
+        peak = _step_peak(offloaded_inputs(inputs, t.offload))
+        before = device
+        device, host = offloaded(device, r, t.offload)
+        kinds = state_derivations_of(before, per, t.recipe, t.optimizer)
+        time = _time(run)
+        return Estimate(run=run, stages=(device,), device=device, layer=None, microbatches=None,
+                        bubble=None, peak=peak, host=host, time=time,
+                        derivations=_derivations(run, kinds, before, device, None, peak, 0,
+                                                 host, time))
     m = None
     bubble = None
     if batch.global_batch is not None:
         m = _microbatches(batch.global_batch, lay.dp, batch.micro_batch)
         bubble = _bubble(lay.pp, m, lay.v)
-    layer, acts_of, devices, inputs, peaks, top = _stages(run, r, per, m, every_stage=True)
+    layer, acts_of, devices, inputs, peaks, top = _stages(run, m, every_stage=True)
     stage_acts = tuple(acts_of.values())
     stages = tuple(devices.values())
-    moved = [_offloaded(d, r, t.offload) for d in stages]
+    moved = [offloaded(d, r, t.offload) for d in stages]
     stages = tuple(d for d, _ in moved)
     device = fullest(stages)
-    return Estimate(run, stages, device, layer, m, bubble, peaks[top], top, stage_acts,
-                    inputs[top].gathered, moved[device.stage][1], _time(run))
+    before, host, time = devices[device.stage], moved[device.stage][1], _time(run)
+    fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
+    if fsdp2:  # the formula over the even split; the figures are FSDP2's padded shards
+        kinds = state_derivations_of(_even(run, per, before), per, t.recipe, t.optimizer,
+                                     values=before, padded=True, where=_where(run, before))
+    else:
+        kinds = state_derivations_of(before, per, t.recipe, t.optimizer, where=_where(run, before))
+    acts = acts_of[device.stage]
+    return Estimate(run=run, stages=stages, device=device, layer=layer, microbatches=m,
+                    bubble=bubble, peak=peaks[top], peak_stage=top, saved=stage_acts,
+                    gathered=inputs[top].gathered, host=host, time=time,
+                    derivations=_derivations(run, kinds, before, device, acts, peaks[top], top,
+                                             host, time))
 
 
-def _stages(run: Run, r: Recipe, per: BytesPerParam, m: int | None, every_stage: bool):
+def _stages(run: Run, m: int | None, every_stage: bool):
     """Each stage's activations and memory, and the step's moments of the stages that can be
     the fullest: (layer, activations by stage, DeviceMemory by stage, StepInputs and StepPeak
     by stage, the fullest stage). ``every_stage`` False: only the stages that can be the
@@ -258,20 +281,23 @@ def _stages(run: Run, r: Recipe, per: BytesPerParam, m: int | None, every_stage:
     fullest, and ties go to the earliest stage.
     """
     lay, t, batch, shape = run.layout, run.training, run.batch, run.shape
+    r, per = recipe(t.recipe), bytes_per_param(t.recipe, t.optimizer)
     pp = lay.pp
     peaked = sorted({0, min(1, pp - 1), pp - 1})
     wanted = list(range(pp)) if every_stage else peaked
     layer = None
     acts_of: dict[int, StageActivations | None] = dict.fromkeys(wanted)
     if batch.seq_len is not None:
-        layer, acts_of = _activations(shape, lay, t, r, batch, m, wanted)
+        layer, acts_of = activations(shape=shape, layout=lay, training=t, batch=batch,
+                                     microbatches=m, stages=wanted)
     acts = [Bytes(0) if a is None else a.total for a in acts_of.values()]
     devices = dict(zip(wanted, _device_memory(shape, lay, t.zero_stage, per, acts, wanted)))
     fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
     if fsdp2:  # FSDP2's exact shards of rank 0, the fullest, padding included
-        devices = {0: _fsdp2_device(shape, lay, t, devices[0])}
-    inputs = {i: _offloaded_inputs(_stage_inputs(run, r, per, devices[i], acts_of[i], fsdp2),
-                                   t.offload)
+        devices = {0: fsdp2_device(shape=shape, layout=lay, training=t, device=devices[0])}
+    inputs = {i: offloaded_inputs(stage_inputs(shape=shape, layout=lay, training=t, batch=batch,
+                                               device=devices[i], activations=acts_of[i],
+                                               fsdp2=fsdp2), t.offload)
               for i in peaked if i in devices}
     peaks = {i: _step_peak(v) for i, v in inputs.items()}
     top = max(peaks, key=lambda i: (peaks[i].bytes, -i))
@@ -281,12 +307,102 @@ def _stages(run: Run, r: Recipe, per: BytesPerParam, m: int | None, every_stage:
 def _peak(run: Run) -> StepPeak:
     """``estimate(run).peak`` for a run with a model shape, without the stages that cannot
     hold it (the planner's question)."""
-    t, batch, lay = run.training, run.batch, run.layout
+    batch, lay = run.batch, run.layout
     m = None if batch.global_batch is None else _microbatches(batch.global_batch, lay.dp,
                                                               batch.micro_batch)
-    r = recipe(t.recipe)
-    *_, peaks, top = _stages(run, r, bytes_per_param(t.recipe, t.optimizer), m, every_stage=False)
+    *_, peaks, top = _stages(run, m, every_stage=False)
     return peaks[top]
+
+
+def _even(run: Run, per, d: DeviceMemory) -> DeviceMemory:
+    """``d`` as the ZeRO formula gives it, before FSDP2 pads its shards."""
+    (even,) = _device_memory(run.shape, run.layout, run.training.zero_stage, per,
+                             [d.activations], [d.stage])
+    return even
+
+
+def _where(run: Run, d: DeviceMemory) -> str:
+    """Whose share of the model a device's parameters are: ``" of 70,553,706,496 (tp 8,
+    pipeline stage 0 of 4)"``; "" when it holds the whole model."""
+    if d.params == run.params:
+        return ""
+    lay = run.layout
+    parts = [f"tp {lay.tp}"] if lay.tp > 1 or (lay.pp == 1 and lay.ep == 1) else []
+    if lay.ep > 1:
+        parts.append(f"ep {lay.ep}")
+    if lay.pp > 1:
+        parts.append(f"pipeline stage {d.stage} of {lay.pp}")
+    return f" of {run.params:,} ({', '.join(parts)})"
+
+
+def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
+                 acts: StageActivations | None, peak: StepPeak, peak_stage: int, host: Bytes,
+                 time: TrainingTime | None) -> tuple[Derivation, ...]:
+    """Every figure's arithmetic, in the order of :attr:`Estimate.derivations`: the kinds (with
+    what offload moved), the activations, the host memory, the total, the peak, the fit, the
+    time."""
+    t, lay = run.training, run.layout
+    host_term = None
+    if t.offload != "none":
+        kinds, host_term = offload_derivations(kinds, before, device, recipe(t.recipe), t.offload,
+                                               host)
+    out = list(kinds)
+    if acts is not None:
+        b = run.batch
+        how = (f"s = {b.seq_len}, b = {b.micro_batch}, {t.implementation} kernels, recompute "
+               f"{t.recompute}")
+        out.append(activation_derivation(acts, device.stage, how, lay.pp > 1))
+    total = sum((x.value.n for x in out), Fraction(0))
+    names, values = [x.name for x in out], [x.value for x in out]
+    if host_term is not None:
+        out.append(host_term)
+    out.append(Derivation("total", " + ".join(names), (),
+                          " + ".join(bytes_text(v.n) for v in values) + f" = {bytes_text(total)}",
+                          device.total, Bytes(total), "the sum of the kinds above; not the peak, "
+                          "which counts what is alive at one moment", "states"))
+    out.append(peak.derivation(f" on pipeline stage {peak_stage}" if lay.pp > 1 else ""))
+    if run.gpu is not None:
+        out.append(_fit_derivation(run, peak))
+    if time is not None:
+        out.append(_time_derivation(time))
+    return tuple(out)
+
+
+def _fit_derivation(run: Run, peak: StepPeak) -> Derivation:
+    """The comparison ``fits`` makes: the peak (plus the overhead) against the GPU's memory."""
+    need, cap = Bytes(math.ceil(peak.bytes.n)), Bytes(math.ceil(run.gpu.memory.n))
+    name = run.gpu.name or "the device"
+    over = Bytes(math.ceil(run.overhead.n))
+    fits = need + over <= cap
+    verdict, rel = ("fits", "≤") if fits else ("does not fit", ">")
+    if over.n:  # what no formula counts, as given (--overhead)
+        formula = "peak + overhead ≤ memory"
+        inputs = (("peak", bytes_text(need.n)), ("overhead", f"as given: {bytes_text(over.n)}"),
+                  ("memory", f"{name}: {bytes_text(cap.n)}"))
+        arithmetic = (f"{bytes_text(need.n)} + {bytes_text(over.n)} = "
+                      f"{bytes_text(need.n + over.n)} {rel} {bytes_text(cap.n)}: {verdict}")
+    else:
+        formula = "peak ≤ memory"
+        inputs = (("peak", bytes_text(need.n)), ("memory", f"{name}: {bytes_text(cap.n)}"))
+        arithmetic = f"{bytes_text(need.n)} {rel} {bytes_text(cap.n)}: {verdict}"
+    source = ("the usable memory nvidia-smi reports (trainmath.hardware.GpuMemory)"
+              if run.gpu.kind else "the memory given")
+    return Derivation("fits", formula, inputs, arithmetic, None, None, source, "fits")
+
+
+def _time_derivation(time: TrainingTime) -> Derivation:
+    """The time to train: tokens × FLOPs per token over MFU × GPUs × one GPU's peak."""
+    return Derivation(
+        "time to train", "D × F ÷ (MFU × G × peak)",
+        (("D", f"tokens: {time.tokens:,}"),
+         ("F", f"FLOPs per token: {time.flops_per_token:,} ({time.counted})"),
+         ("MFU", f"assumed: {time.mfu:.1%}"), ("G", f"GPUs: {time.gpus:,}"),
+         ("peak", f"{time.peak.describe()}")),
+        f"{time.tokens:,} × {time.flops_per_token:,} ÷ ({time.mfu:g} × {time.gpus:,} × "
+        f"{time.peak.flops:.4g} FLOP/s) = {time.seconds:,.0f} s = {time.seconds / 86400:,.1f} "
+        f"days; {time.gpu_hours:,.0f} GPU-hours", None, None,
+        "trainmath.time.flops.time_to_train: Kaplan et al. 2020 (§2.1), Chowdhery et al. 2022 "
+        "(Appendix B)", "time")
 
 
 def _time(run: Run) -> TrainingTime | None:
@@ -310,32 +426,23 @@ def _time(run: Run) -> TrainingTime | None:
 
 
 # -- LoRA and QLoRA -----------------------------------------------------------------------------
-def _adapter_estimate(run: Run, r: Recipe) -> Estimate:
-    """One device of a LoRA or QLoRA run (:mod:`trainmath.memory.finetune`): the frozen base and the
-    adapter's states, activations through the frozen layers, and the step's peak."""
+def _adapter_estimate(run: Run) -> Estimate:
+    """One device of a LoRA or QLoRA run (:mod:`trainmath.memory.finetune`): the frozen base and
+    the adapter's states, activations through the frozen layers, and the step's peak."""
     shape, t, batch, a = run.shape, run.training, run.batch, run.adapter
-    states = _adapter_states(shape, a, r, t.optimizer)
-    compute = BASE_BYTES  # the frozen base computes in 16-bit (QLoRA: bf16, dequantised)
-    adapter_bytes = adapter_value_bytes(r)
-    layer = None
-    stage_acts: tuple[StageActivations | None, ...] = (None,)
+    states = _adapter_states(shape, a, recipe(t.recipe), t.optimizer)
+    layer, stage = None, None
     if batch.seq_len is not None:
-        s, b = batch.seq_len, batch.micro_batch
-        family = implementation(t.implementation).family
-        split = (shape, s, b, 1, False, 1)
-        full = _layer(*split, t.recompute, t.attention, compute, MASK_BYTES, STAT_BYTES,
-                      t.mlp_kernel, family, False)
-        layer = full
-        if t.recompute != "full":
-            layer = _lora_layer(full, shape, a, s * b, compute, adapter_bytes, MASK_BYTES)
-        output = _frozen_output(_output(*split, compute, STAT_BYTES, family, False))
-        rotary = _rotary(shape, s, 1, compute, False)
-        stage_acts = (_stage(shape, layer, frozen_embedding(), output, 1, None,
-                             _in_flight(1, 1, None, 0), rotary, 1),)
-    acts = Bytes(0) if layer is None else stage_acts[0].total
+        layer, stage = adapter_activations(shape=shape, adapter=a, training=t, batch=batch)
     device = DeviceMemory(
         stage=0, params=states.frozen, zero_stage=0, zero_group=run.layout.zero_group,
         weights=states.weights, gradients=states.gradients, master_weights=states.master_weights,
-        optimizer_states=states.optimizer_states, activations=acts)
-    peak = _step_peak(_adapter_step_inputs(run, r, states, stage_acts[0]))
-    return Estimate(run, (device,), device, layer, None, None, peak, 0, stage_acts)
+        optimizer_states=states.optimizer_states,
+        activations=Bytes(0) if stage is None else stage.total)
+    peak = _step_peak(adapter_inputs(shape=shape, adapter=a, training=t, batch=batch,
+                                     states=states, activations=stage))
+    kinds = adapter_derivations(shape, a, recipe(t.recipe), t.optimizer, states)
+    return Estimate(run=run, stages=(device,), device=device, layer=layer, microbatches=None,
+                    bubble=None, peak=peak, saved=(stage,),
+                    derivations=_derivations(run, kinds, device, device, stage, peak, 0, Bytes(0),
+                                             None))

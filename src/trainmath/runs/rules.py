@@ -21,7 +21,7 @@ from ..hardware import GPU_ALIASES, GPUS, gpu as accelerator
 from ..memory.finetune import ADAPTER_RECIPES, Adapter, model_problems
 from ..memory.kernels import context_parallel_problems, kernel_problems
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe
-from ..memory.training import Training, offload_problems
+from ..memory.training import Training
 from ..model.shape import ModelShape
 from ..parallel.layout import Batch, Layout, layout_problems
 from ..problems import Problem
