@@ -93,8 +93,8 @@ def _model(args: argparse.Namespace) -> ModelShape | int:
 def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.description.Run` the parsed flags describe; the library checks it."""
     model = _model(args)
-    lay = Layout(args.dp, args.tp, args.pp, args.cp, args.interleave, args.sequence_parallel,
-                 args.ep)
+    lay = Layout(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, v=args.interleave,
+                 sequence_parallel=args.sequence_parallel, ep=args.ep)
     if (args.tokens is None) != (args.mfu is None):
         given, missing = ("--tokens", "--mfu F") if args.mfu is None else ("--mfu", "--tokens N")
         raise UsageError(f"{given} needs {missing} as well: a time to train needs the tokens and "
@@ -171,8 +171,10 @@ def execute(argv: Sequence[str]) -> Outcome:
             out = estimate_json(result) if args.json else render(result)
     except (UsageError, ValueError, argparse.ArgumentTypeError) as exc:
         problems = exc.problems if isinstance(exc, Invalid) else ()
-        return Outcome(tuple(argv), 2, "", f"{PROG}: error: {exc}\n", None, args, problems)
-    return Outcome(tuple(argv), 0, out + "\n", "", result, args)
+        return Outcome(argv=tuple(argv), status=2, stdout="", stderr=f"{PROG}: error: {exc}\n",
+                       args=args, problems=problems)
+    return Outcome(argv=tuple(argv), status=0, stdout=out + "\n", stderr="", result=result,
+                   args=args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -416,7 +416,8 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     # MLP
     if model.moe:
         norm("second", "MLP", "the router and the experts' dispatch")
-        out.extend(_moe_block(model, tokens, tp, rep, split, v, mlp_kernel, hf))
+        out.extend(_moe_block(model, tokens, rep=rep, split=split, v=v, mlp_kernel=mlp_kernel,
+                              hf=hf))
         return LayerActivations(tuple(out))
     norm("second", "MLP", "the first projection(s)")
     if model.mlp == "gelu":
@@ -443,8 +444,8 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
 INDEX_BYTES = 8
 
 
-def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, split: Fraction, v: int,
-                       mlp_kernel: str, who: str) -> list[Saved]:
+def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, *, split: Fraction,
+                       v: int, mlp_kernel: str, who: str) -> list[Saved]:
     """The ffn-wide tensors an MLP of ``width`` saves for ``copies`` token copies."""
     n = 2 if model.mlp == "gelu" else (3 if mlp_kernel == "fused" else 4)
     kind = "GeLU" if model.mlp == "gelu" else ("fused gated" if mlp_kernel == "fused" else "gated")
@@ -452,8 +453,8 @@ def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, split: F
                   Bytes(n * v * copies * width * split))]
 
 
-def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, split: Fraction,
-               v: int, mlp_kernel: str, hf: bool = False) -> list[Saved]:
+def _moe_block(model: ModelShape, tokens: Fraction, *, rep: Fraction, split: Fraction, v: int,
+               mlp_kernel: str, hf: bool = False) -> list[Saved]:
     """What a mixture-of-experts MLP saves for backward, after the norm (Megatron-Core's
     ``MoELayer``: router, token dispatcher, grouped experts), assuming balanced routing.
 
@@ -488,7 +489,8 @@ def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, spli
         Saved("MLP", "dispatched token copies, the experts' input (k × h per token)",
               Bytes(v * copies * h)),
     ]
-    out += _mlp_intermediates(model, copies, w, split, v, mlp_kernel, "routed experts")
+    out += _mlp_intermediates(model, copies, w, split=split, v=v, mlp_kernel=mlp_kernel,
+                              who="routed experts")
     out.append(Saved("MLP", "expert outputs, input to the weighted combine (k × h per token)",
                      Bytes(v * copies * h)))
     if hf:
@@ -504,8 +506,8 @@ def _moe_block(model: ModelShape, tokens: Fraction, tp: int, rep: Fraction, spli
                   Bytes(INDEX_BYTES * copies)),
         ]
     if model.shared_experts:
-        out += _mlp_intermediates(model, tokens, model.shared_experts * w, split, v, mlp_kernel,
-                                  "shared experts")
+        out += _mlp_intermediates(model, tokens, model.shared_experts * w, split=split, v=v,
+                                  mlp_kernel=mlp_kernel, who="shared experts")
     return out
 
 

@@ -300,8 +300,9 @@ def _shared_input(adapter: Adapter, adapter_bytes: int, compute_bytes: int) -> b
     return adapter_bytes == compute_bytes and not adapter.dropout
 
 
-def _lora_layer(full: LayerActivations, model: ModelShape, adapter: Adapter, tokens: int | Fraction,
-                compute_bytes: int, adapter_bytes: int, mask_bytes: int) -> LayerActivations:
+def _lora_layer(full: LayerActivations, model: ModelShape, adapter: Adapter, *,
+                tokens: int | Fraction, compute_bytes: int, adapter_bytes: int,
+                mask_bytes: int) -> LayerActivations:
     """One layer's saved tensors under an adapter: the full fine-tuning layer less what only the
     frozen weights' gradients needed, plus each targeted matrix's input to A and A's output."""
     shared = _shared_input(adapter, adapter_bytes, compute_bytes)

@@ -355,12 +355,12 @@ def zero_traffic(
     n = positive_int("n_d", n_d)
     s = check_stage(stage)
     m = positive_int("microbatches (m)", microbatches)
-    return _zero_traffic(psi, n, s, m, positive_int("weight_bytes", weight_bytes),
-                         positive_int("grad_bytes", grad_bytes))
+    return _zero_traffic(psi, n, s, m=m, w=positive_int("weight_bytes", weight_bytes),
+                         g=positive_int("grad_bytes", grad_bytes))
 
 
 @lru_cache(maxsize=4096)  # pure; the planner asks again for each recomputation and interleave
-def _zero_traffic(psi: int, n: int, stage: int, m: int, w: int, g: int) -> StepTraffic:
+def _zero_traffic(psi: int, n: int, stage: int, *, m: int, w: int, g: int) -> StepTraffic:
     """:func:`zero_traffic` on checked inputs."""
     zero = Bytes(0)
     if stage == 0:
@@ -413,14 +413,14 @@ def step_traffic(
     if strategy == "HYBRID_SHARD":
         s = _shard_group(strategy, n, shard_group)
         across = Bytes(m * ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
-        inside = _zero_traffic(psi, s, 3, m, w, g)
+        inside = _zero_traffic(psi, s, 3, m=m, w=w, g=g)
         return StepTraffic(across, inside.reduce_scatter, inside.all_gather, across)
     _shard_group(strategy, n, shard_group)
     if strategy == "SHARD_GRAD_OP":  # like ZeRO-2, but gathering again for every forward
         f = ring_gather_factor(n)
         zero = Bytes(0)
         return StepTraffic(zero, Bytes(m * f * psi * g), Bytes(m * f * psi * w), zero)
-    return _zero_traffic(psi, n, stage, m, w, g)
+    return _zero_traffic(psi, n, stage, m=m, w=w, g=g)
 
 
 def _shard_group(strategy: object, n: int, shard_group: object) -> int:
@@ -490,8 +490,8 @@ def _share_inputs(shares, stage, shards_from, sharded, where=""):
     return inputs
 
 
-def state_derivations(shares: Sequence[Share], stage: int, per: BytesPerParam,
-                      values: ModelStates, recipe_name: str, optimizer_name: str, *,
+def state_derivations(shares: Sequence[Share], *, stage: int, per: BytesPerParam,
+                      values: ModelStates, recipe_name: str, optimizer_name: str,
                       padded: bool = False, where: str = "") -> tuple[Derivation, ...]:
     """The arithmetic of a device's weights, gradients, master weights and optimizer states:
     each share's parameters times the recipe's bytes per parameter, divided by its ranks from
@@ -502,7 +502,8 @@ def state_derivations(shares: Sequence[Share], stage: int, per: BytesPerParam,
     >>> from trainmath.memory.recipes import bytes_per_param
     >>> per = bytes_per_param("bf16-mixed", "adamw")
     >>> states = zero_states(7_500_000_000, 64, 3)
-    >>> d = state_derivations([Share(7_500_000_000, 64)], 3, per, states, "bf16-mixed", "adamw")
+    >>> d = state_derivations([Share(7_500_000_000, 64)], stage=3, per=per, values=states,
+    ...                       recipe_name="bf16-mixed", optimizer_name="adamw")
     >>> d[0].formula, d[0].arithmetic
     ('P × w ÷ n', '7,500,000,000 × 2 B ÷ 64 = 234,375,000 B')
     """

@@ -100,10 +100,10 @@ def device_memory(
     per = bytes_per_param(precision, optimizer_name)
     if grad_bytes is not None:
         per = replace(per, gradients=positive_int("grad_bytes", grad_bytes))
-    return _device_memory(model, lay, zero_stage, per, acts)
+    return _device_memory(model, lay, zero_stage=zero_stage, per=per, acts=acts)
 
 
-def _device_memory(model: ModelShape, lay: Layout, zero_stage: int, per: BytesPerParam,
+def _device_memory(model: ModelShape, lay: Layout, *, zero_stage: int, per: BytesPerParam,
                    acts: Sequence[Bytes], stages: Sequence[int] | None = None
                    ) -> tuple[DeviceMemory, ...]:
     """:func:`device_memory` on checked inputs, with one activation amount per stage (per stage
@@ -231,8 +231,9 @@ def _stage(model: ModelShape, per_layer: LayerActivations, *, embedding: LayerAc
            rotary: LayerActivations = LayerActivations(()), v: int = 1) -> StageActivations:
     """One stage's activations from its parts: the one place they are put together."""
     embedding_held = pp if microbatches is None else min(pp, microbatches)
-    return StageActivations(per_layer, model.layers // pp, held, embedding, embedding_held, output,
-                            rotary, v)
+    return StageActivations(per_layer=per_layer, layers_on_stage=model.layers // pp, held=held,
+                            embedding=embedding, embedding_held=embedding_held, output=output,
+                            rotary=rotary, chunks=v)
 
 
 # -- the arithmetic of one device's memory, written where it is computed -------------------------
@@ -251,8 +252,9 @@ def state_derivations_of(d: DeviceMemory, per: BytesPerParam, recipe_name: str,
                         "expert data-parallel group dp·cp/ep")]
     else:
         shares = [Share(d.params, d.zero_group)]
-    return state_derivations(shares, d.zero_stage, per, d if values is None else values,
-                             recipe_name, optimizer_name, padded=padded, where=where)
+    return state_derivations(shares, stage=d.zero_stage, per=per,
+                             values=d if values is None else values, recipe_name=recipe_name,
+                             optimizer_name=optimizer_name, padded=padded, where=where)
 
 
 def activation_derivation(sa: StageActivations, stage: int, run_text: str, pipelined: bool

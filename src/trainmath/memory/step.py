@@ -121,8 +121,10 @@ def adapter_activations(*, shape: ModelShape, adapter: Adapter, training: Traini
     k = kernels_of(training, value_bytes=compute, autocast=False)
     layer = _layer(shape, sp, k)
     if training.recompute != "full":
-        layer = _lora_layer(layer, shape, adapter, sp.seq_len * sp.micro_batch, compute,
-                            adapter_value_bytes(recipe(training.recipe)), k.mask_bytes)
+        layer = _lora_layer(layer, shape, adapter, tokens=sp.seq_len * sp.micro_batch,
+                            compute_bytes=compute,
+                            adapter_bytes=adapter_value_bytes(recipe(training.recipe)),
+                            mask_bytes=k.mask_bytes)
     output = _frozen_output(_output(shape, sp, k))
     stage = _stage(shape, layer, embedding=frozen_embedding(), output=output, pp=1,
                    microbatches=None, held=_in_flight(1, 1, None, 0), rotary=_rotary(shape, sp, k),
@@ -304,7 +306,7 @@ def adapter_inputs(*, shape: ModelShape, adapter: Adapter, training: Training, b
                       layers=shape.layers)
 
 
-def offload_derivations(kinds: Sequence[Derivation], before: DeviceMemory, after: DeviceMemory,
+def offload_derivations(kinds: Sequence[Derivation], *, before: DeviceMemory, after: DeviceMemory,
                         r: Recipe, offload: str, host: Bytes
                         ) -> tuple[tuple[Derivation, ...], Derivation]:
     """The arithmetic of :func:`offloaded`: each kind it moved is 0 on the GPU and its formula's

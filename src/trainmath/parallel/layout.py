@@ -124,7 +124,7 @@ def layout(
     >>> layout(dp=16, tp=8, pp=4).gpus
     512
     """
-    return Layout(dp, tp, pp, cp, v, sequence_parallel, ep)
+    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep)
 
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:

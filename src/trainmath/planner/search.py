@@ -220,25 +220,29 @@ def plan(
     A plan is immutable and depends only on these arguments: it is memoised on them (the
     published-run checks of the tests and of the how-to page share one computation).
     """
-    args = (model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
-            gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
-            max_interleave, tuple(layout.items()) if isinstance(layout, dict) else layout,
-            latency)
+    asked = dict(model=model, gpu=gpu, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
+                 node_gpus=node_gpus, recipe=recipe, implementation=implementation,
+                 optimizer=optimizer, gpu_memory=gpu_memory, achievable=achievable, nvlink=nvlink,
+                 network=network, overlap=overlap, tp_across_nodes=tp_across_nodes,
+                 cp_across_nodes=cp_across_nodes, max_interleave=max_interleave,
+                 layout=tuple(layout.items()) if isinstance(layout, dict) else layout,
+                 latency=latency)
+    key = tuple(asked.items())
     try:
-        hash(args)
+        hash(key)
     except TypeError:  # an unhashable argument: no memo, the checks below say what is wrong
-        return _plan(*args)
-    return _memo(*args)
+        return _plan(**asked)
+    return _memo(key)
 
 
 @lru_cache(maxsize=64, typed=True)  # typed: 1, 1.0 and True are different inputs
-def _memo(*args) -> Plan:
-    return _plan(*args)
+def _memo(key: tuple) -> Plan:
+    return _plan(**dict(key))
 
 
-def _search(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
-            gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
-            max_interleave, latency) -> tuple[Search, tuple[str, ...]]:
+def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation,
+            optimizer, gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes,
+            cp_across_nodes, max_interleave, latency) -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -274,24 +278,19 @@ def _search(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implemen
                   cp_across_nodes=cp_across_nodes, max_interleave=max_v, latency=latency), probe.assumed
 
 
-def _plan(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation, optimizer,
-          gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes, cp_across_nodes,
-          max_interleave, layout, latency) -> Plan:
+def _plan(*, layout, **asked) -> Plan:
     """:func:`plan`, not memoised."""
-    s, assumed = _search(model, gpu, gpus, seq_len, global_batch, node_gpus, recipe,
-                         implementation, optimizer, gpu_memory, achievable, nvlink, network,
-                         overlap, tp_across_nodes, cp_across_nodes, max_interleave, latency)
+    s, assumed = _search(**asked)
     wanted = None if layout is None else (_parse_layout(layout) if isinstance(layout, str)
                                           else dict(layout))
     candidates: list[Candidate] = []
     winners: list[Candidate] = []
     grids = [(g, ep) for g in _grids(s.gpus) for ep in ep_candidates(s.model, g[0])]
     for (dp, tp, pp, cp), ep in grids:
-        lay = Layout(dp, tp, pp, cp, 1, tp > 1, ep)
+        lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, sequence_parallel=tp > 1, ep=ep)
         problems = _grid_problems(s, lay)
         if problems:
-            candidates.append(Candidate(lay, None, None, None, "dropped",
-                                        "invalid: " + describe(problems)))
+            candidates.append(_dropped(lay, "invalid: " + describe(problems)))
             continue
         winner = _search_grid(s, lay, candidates)
         if winner is not None:
@@ -324,7 +323,8 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
     """Time every setting of one grid, then check memory fastest first until one fits."""
     settings, pruned = _settings(s, lay)
     for (v, z, rc, b), why in pruned:
-        out.append(Candidate(replace(lay, v=v or 1), z, rc, b, "dropped", why))
+        out.append(_dropped(replace(lay, v=v or 1), why, zero_stage=z, recompute=rc,
+                            micro_batch=b))
     timed = []
     for v, z, rc, b in settings:
         lv = replace(lay, v=v)
@@ -337,34 +337,48 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
     memory = s.device.memory
     for total, _, _, b, v, lv, z, rc, t in timed:
         if winner is not None:
-            out.append(Candidate(lv, z, rc, b, "dropped",
-                                 f"slower than {winner.describe()}, which fits", t))
+            out.append(_dropped(lv, f"slower than {winner.describe()}, which fits", zero_stage=z,
+                                recompute=rc, micro_batch=b, time=t))
             continue
         implied = next((f for f in failed if f[0] == v and z <= f[1]
                         and _RECOMPUTE_MEMORY[rc] <= _RECOMPUTE_MEMORY[f[2]] and b >= f[3]), None)
         if implied is not None:
             fv, fz, frc, fb = implied
-            out.append(Candidate(lv, z, rc, b, "dropped",
-                                 f"does not fit: needs at least the memory of ZeRO-{fz}, "
-                                 f"recompute {frc}, b {fb}, which does not fit", t))
+            out.append(_dropped(lv, f"does not fit: needs at least the memory of ZeRO-{fz}, "
+                                    f"recompute {frc}, b {fb}, which does not fit", zero_stage=z,
+                                recompute=rc, micro_batch=b, time=t))
             continue
         peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
         if peak > memory:
             failed.append((v, z, rc, b))
-            out.append(Candidate(lv, z, rc, b, "dropped",
-                                 f"does not fit: peak {peak.format('GB', 1)} > "
-                                 f"{memory.format('GB', 1)} usable", t, peak))
+            out.append(_dropped(lv, f"does not fit: peak {peak.format('GB', 1)} > "
+                                    f"{memory.format('GB', 1)} usable", zero_stage=z, recompute=rc,
+                                micro_batch=b, time=t, peak=peak))
             continue
-        winner = _scored(s, lv, z, rc, b, t, peak, "kept", "fits; the fastest setting of this layout")
+        winner = _scored(s, lv, zero_stage=z, recompute=rc, micro_batch=b, time=t, peak=peak,
+                         reason="fits; the fastest setting of this layout")
         out.append(winner)
     return winner
 
 
-def _scored(s: Search, lay, z, rc, b, t, peak, status, reason) -> Candidate:
+def _dropped(lay: Layout, reason: str, **setting) -> Candidate:
+    """A candidate dropped for ``reason``; ``setting``: its zero_stage, recompute, micro_batch,
+    and the time and peak when they were computed."""
+    return Candidate(layout=lay, zero_stage=setting.pop("zero_stage", None),
+                     recompute=setting.pop("recompute", None),
+                     micro_batch=setting.pop("micro_batch", None), status="dropped",
+                     reason=reason, **setting)
+
+
+def _scored(s: Search, lay: Layout, *, zero_stage: int, recompute: str, micro_batch: int,
+            time, peak: Bytes, reason: str) -> Candidate:
+    """A candidate kept, with its throughput and MFU (model FLOPs over the recipe's peak)."""
     f = flops_per_token(s.model, s.seq_len)
-    tps = s.global_batch * s.seq_len / t.total
+    tps = s.global_batch * s.seq_len / time.total
     mfu = tps * f.model / (lay.gpus * s.peak)
-    return Candidate(lay, z, rc, b, status, reason, t, peak, mfu, tps)
+    return Candidate(layout=lay, zero_stage=zero_stage, recompute=recompute,
+                     micro_batch=micro_batch, status="kept", reason=reason, time=time, peak=peak,
+                     mfu=mfu, tokens_per_second=tps)
 
 
 @lru_cache(maxsize=8192)
@@ -380,7 +394,8 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
     """The user's layout, with its fastest fitting setting unless the setting is given."""
     dp, tp = wanted.get("dp", 1), wanted.get("tp", 1)
     pp, cp = wanted.get("pp", 1), wanted.get("cp", 1)
-    lay = Layout(dp, tp, pp, cp, wanted.get("v", 1), tp > 1, wanted.get("ep", 1))
+    lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=wanted.get("v", 1), sequence_parallel=tp > 1,
+                 ep=wanted.get("ep", 1))
     if lay.gpus != s.gpus:
         raise ValueError(f"layout {lay.describe()} does not use the {s.gpus} GPUs planned for; "
                          f"accepted: dp × tp × pp × cp = {s.gpus}")
@@ -415,8 +430,8 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
     reason = (f"your layout: fits, would rank {place} of {len(ranking)}" if fits else
               f"your layout: does not fit, peak {peak.format('GB', 1)} > "
               f"{memory.format('GB', 1)} usable")
-    return _scored(s, lv, z, rc, b, t, peak, "kept", reason) if fits else \
-        Candidate(lv, z, rc, b, "dropped", reason, t, peak)
+    setting = dict(zero_stage=z, recompute=rc, micro_batch=b, time=t, peak=peak)
+    return _scored(s, lv, reason=reason, **setting) if fits else _dropped(lv, reason, **setting)
 
 
 def _nothing_fits(s: Search, candidates: list[Candidate]) -> str:
@@ -426,7 +441,8 @@ def _nothing_fits(s: Search, candidates: list[Candidate]) -> str:
     if not valid:
         def runnable(g: int) -> bool:
             relaxed = replace(s, gpus=g, tp_across_nodes=False, cp_across_nodes=False)
-            return any(not _grid_problems(relaxed, Layout(d, t, p, c, 1, t > 1))
+            return any(not _grid_problems(relaxed, Layout(dp=d, tp=t, pp=p, cp=c,
+                                                          sequence_parallel=t > 1))
                        for d, t, p, c in _grids(g))
         below = next((g for g in range(n - 1, 0, -1) if runnable(g)), None)
         above = next((g for g in range(n + 1, 4 * n + 1) if runnable(g)), None)

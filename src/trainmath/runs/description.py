@@ -233,9 +233,11 @@ def run(
     check(time_problems(tokens, mfu))
     return Run(
         model=model,
-        training=Training(recipe, optimizer, zero_stage, recompute, implementation, mlp_kernel,
-                          attention, optimizer_impl, offload),
-        layout=Layout(dp, tp, pp, cp, v, sequence_parallel, ep),
+        training=Training(recipe=recipe, optimizer=optimizer, zero_stage=zero_stage,
+                          recompute=recompute, implementation=implementation,
+                          mlp_kernel=mlp_kernel, attention=attention,
+                          optimizer_impl=optimizer_impl, offload=offload),
+        layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
         overhead=overhead,

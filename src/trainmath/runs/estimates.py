@@ -241,8 +241,8 @@ def estimate(run: Run) -> Estimate:
         time = _time(run)
         return Estimate(run=run, stages=(device,), device=device, layer=None, microbatches=None,
                         bubble=None, peak=peak, host=host, time=time,
-                        derivations=_derivations(run, kinds, before, device, None, peak, 0,
-                                                 host, time))
+                        derivations=_derivations(run, kinds, before, device, None, peak=peak,
+                                                 peak_stage=0, host=host, time=time))
     m = None
     bubble = None
     if batch.global_batch is not None:
@@ -265,8 +265,8 @@ def estimate(run: Run) -> Estimate:
     return Estimate(run=run, stages=stages, device=device, layer=layer, microbatches=m,
                     bubble=bubble, peak=peaks[top], peak_stage=top, saved=stage_acts,
                     gathered=inputs[top].gathered, host=host, time=time,
-                    derivations=_derivations(run, kinds, before, device, acts, peaks[top], top,
-                                             host, time))
+                    derivations=_derivations(run, kinds, before, device, acts, peak=peaks[top],
+                                             peak_stage=top, host=host, time=time))
 
 
 def _stages(run: Run, m: int | None, every_stage: bool):
@@ -291,7 +291,8 @@ def _stages(run: Run, m: int | None, every_stage: bool):
         layer, acts_of = activations(shape=shape, layout=lay, training=t, batch=batch,
                                      microbatches=m, stages=wanted)
     acts = [Bytes(0) if a is None else a.total for a in acts_of.values()]
-    devices = dict(zip(wanted, _device_memory(shape, lay, t.zero_stage, per, acts, wanted)))
+    devices = dict(zip(wanted, _device_memory(shape, lay, zero_stage=t.zero_stage, per=per,
+                                              acts=acts, stages=wanted)))
     fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
     if fsdp2:  # FSDP2's exact shards of rank 0, the fullest, padding included
         devices = {0: fsdp2_device(shape=shape, layout=lay, training=t, device=devices[0])}
@@ -316,8 +317,8 @@ def _peak(run: Run) -> StepPeak:
 
 def _even(run: Run, per, d: DeviceMemory) -> DeviceMemory:
     """``d`` as the ZeRO formula gives it, before FSDP2 pads its shards."""
-    (even,) = _device_memory(run.shape, run.layout, run.training.zero_stage, per,
-                             [d.activations], [d.stage])
+    (even,) = _device_memory(run.shape, run.layout, zero_stage=run.training.zero_stage, per=per,
+                             acts=[d.activations], stages=[d.stage])
     return even
 
 
@@ -336,7 +337,7 @@ def _where(run: Run, d: DeviceMemory) -> str:
 
 
 def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
-                 acts: StageActivations | None, peak: StepPeak, peak_stage: int, host: Bytes,
+                 acts: StageActivations | None, *, peak: StepPeak, peak_stage: int, host: Bytes,
                  time: TrainingTime | None) -> tuple[Derivation, ...]:
     """Every figure's arithmetic, in the order of :attr:`Estimate.derivations`: the kinds (with
     what offload moved), the activations, the host memory, the total, the peak, the fit, the
@@ -344,8 +345,8 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     t, lay = run.training, run.layout
     host_term = None
     if t.offload != "none":
-        kinds, host_term = offload_derivations(kinds, before, device, recipe(t.recipe), t.offload,
-                                               host)
+        kinds, host_term = offload_derivations(kinds, before=before, after=device,
+                                               r=recipe(t.recipe), offload=t.offload, host=host)
     out = list(kinds)
     if acts is not None:
         b = run.batch
@@ -421,8 +422,8 @@ def _time(run: Run) -> TrainingTime | None:
                    "shape and a sequence length")
     gpus = run.layout.gpus
     seconds = time_to_train(run.budget.tokens, fpt, gpus, peak, float(run.budget.mfu))
-    return TrainingTime(run.budget.tokens, float(run.budget.mfu), fpt, counted, peak, gpus,
-                        seconds)
+    return TrainingTime(tokens=run.budget.tokens, mfu=float(run.budget.mfu), flops_per_token=fpt,
+                        counted=counted, peak=peak, gpus=gpus, seconds=seconds)
 
 
 # -- LoRA and QLoRA -----------------------------------------------------------------------------
@@ -444,5 +445,5 @@ def _adapter_estimate(run: Run) -> Estimate:
     kinds = adapter_derivations(shape, a, recipe(t.recipe), t.optimizer, states)
     return Estimate(run=run, stages=(device,), device=device, layer=layer, microbatches=None,
                     bubble=None, peak=peak, saved=(stage,),
-                    derivations=_derivations(run, kinds, device, device, stage, peak, 0, Bytes(0),
-                                             None))
+                    derivations=_derivations(run, kinds, device, device, stage, peak=peak,
+                                             peak_stage=0, host=Bytes(0), time=None))

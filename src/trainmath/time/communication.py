@@ -158,7 +158,7 @@ def communication(
         if i not in (0, 1, pp - 1):
             continue
         dp_bytes = _zero_traffic(  # its inputs are checked above
-            sp.dense if sp.expert else sp.total, lay.zero_group, z, m, r.weights, g,
+            sp.dense if sp.expert else sp.total, lay.zero_group, z, m=m, w=r.weights, g=g,
         ).total if lay.zero_group > 1 else Bytes(0)
         if sp.expert and lay.expert_zero_group > 1:  # experts reduce over dp·cp/ep replicas
             dp_bytes += zero_traffic(sp.expert, lay.expert_zero_group, zero_stage, microbatches=m,
