@@ -165,7 +165,8 @@ def test_cli_moe_flags_make_a_mixture(capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--params", "7e9", "--ep", "2", "--dp", "2"], "--ep 2 needs a mixture-of-experts shape"),
+    (["--params", "7e9", "--ep", "2", "--dp", "2"], "ep 2 needs a model shape"),
+    (["--model", "llama-3-8b", "--ep", "2", "--dp", "2"], "ep 2 needs a mixture of experts, and llama-3-8b is dense"),
     (["--model", "mixtral-8x7b", "--ep", "3", "--dp", "4"], "ep (expert-parallel size) 3 does not divide dp 4"),
     (["--model", "mixtral-8x7b", "--ep", "0"], "argument --ep: '0' is not a positive whole number"),
     (["--config", "nowhere.json"], "cannot read config 'nowhere.json'"),

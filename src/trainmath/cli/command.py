@@ -18,20 +18,20 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..hardware import GPUS, GPU_ALIASES
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
 from ..memory.training import Training
 from ..model.hfconfig import load_config
 from ..model.presets import preset
 from ..model.shape import ModelShape, modified, shape
-from ..parallel.layout import Batch, Layout
+from ..parallel.layout import Batch, Layout, gpus_problems
 from ..planner.candidates import Plan
 from ..planner.search import plan
-from ..problems import Invalid, Problem
+from ..problems import Invalid, Problem, check
 from ..report.data import estimate_json, plan_json
 from ..report.text import render, render_plan
-from ..runs.description import Budget, Gpu, Run, ShapeNeeded
+from ..runs.description import Budget, Gpu, Run
 from ..runs.estimates import Estimate, estimate
+from ..runs.rules import time_problems
 from ..time.step import ACHIEVABLE, NCCL_RING, Overlap
 from .flags import PROG, UsageError, build_parser
 
@@ -95,47 +95,23 @@ def to_run(args: argparse.Namespace) -> Run:
     model = _model(args)
     lay = Layout(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, v=args.interleave,
                  sequence_parallel=args.sequence_parallel, ep=args.ep)
-    if (args.tokens is None) != (args.mfu is None):
-        given, missing = ("--tokens", "--mfu F") if args.mfu is None else ("--mfu", "--tokens N")
-        raise UsageError(f"{given} needs {missing} as well: a time to train needs the tokens and "
-                         "the MFU assumed (e.g. --tokens 15T --mfu 0.4)")
-    if args.tokens is not None and args.gpu is None:
-        raise UsageError("--tokens needs --gpu NAME for the GPU's peak FLOP/s; accepted: "
-                         + ", ".join([*GPUS, *GPU_ALIASES]))
-    if args.gpus is not None and args.gpus != lay.gpus:
-        raise UsageError(f"--gpus {args.gpus} does not match dp × tp × pp × cp = {args.dp} × "
-                         f"{args.tp} × {args.pp} × {args.cp} = {lay.gpus}")
-    adapter = _adapter(args)
-    if adapter is not None and not isinstance(model, ModelShape):
-        raise UsageError(f"--finetune {args.finetune} needs a model shape (--model or "
-                         "--layers/--hidden/...): the adapter's size depends on the matrices")
-    try:
-        return Run(
-            model=model,
-            training=Training(recipe=args.recipe, optimizer=args.optimizer,
-                              zero_stage=args.zero, recompute=args.recompute,
-                              implementation=args.implementation, mlp_kernel=args.mlp_kernel,
-                              attention=args.attention, optimizer_impl=args.optimizer_impl,
-                              offload=args.offload),
-            layout=lay,
-            batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
-            gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
-            overhead=args.overhead,
-            budget=None if args.tokens is None else Budget(args.tokens, args.mfu),
-            gpus_per_node=args.gpus_per_node,
-            adapter=adapter,
-        )
-    except ShapeNeeded as exc:  # the same rule, worded with the flags that broke it
-        if "global_batch" in exc.fields or "v" in exc.fields:
-            raise UsageError("--global-batch and --interleave need a model shape (--model or "
-                             "--layers/--hidden/...)") from None
-        if "ep" in exc.fields:
-            raise UsageError(f"--ep {lay.ep} needs a mixture-of-experts shape (--model, --config "
-                             "or --layers/--hidden/... with --experts)") from None
-        split = " and ".join(f"--{k} {getattr(lay, k)}" for k in exc.fields)
-        verb = "need" if len(exc.fields) > 1 else "needs"
-        raise UsageError(f"{split} {verb} a model shape (--model or --layers/--hidden/...): "
-                         "with --params alone the split over those ranks is unknown") from None
+    check([*time_problems(args.tokens, args.mfu),
+           *([] if args.gpus is None else gpus_problems(args.gpus, lay))])
+    return Run(
+        model=model,
+        training=Training(recipe=args.recipe, optimizer=args.optimizer,
+                          zero_stage=args.zero, recompute=args.recompute,
+                          implementation=args.implementation, mlp_kernel=args.mlp_kernel,
+                          attention=args.attention, optimizer_impl=args.optimizer_impl,
+                          offload=args.offload),
+        layout=lay,
+        batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
+        gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
+        overhead=args.overhead,
+        budget=None if args.tokens is None else Budget(args.tokens, args.mfu),
+        gpus_per_node=args.gpus_per_node,
+        adapter=_adapter(args),
+    )
 
 
 @dataclass(frozen=True)
@@ -189,9 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _plan(args: argparse.Namespace) -> Plan:
     """The :class:`~trainmath.planner.candidates.Plan` the parsed flags ask for."""
     model = _model(args)
-    if not isinstance(model, ModelShape):
-        raise UsageError("plan needs a model shape (--model or --layers/--hidden/...): "
-                         "--params alone cannot be split over tp or pp")
     base = Overlap()
     overlap = Overlap(*(getattr(args, f"overlap_{k}") if getattr(args, f"overlap_{k}")
                         is not None else getattr(base, k) for k in ("dp", "tp", "pp", "cp")))

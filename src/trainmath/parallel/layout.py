@@ -212,6 +212,15 @@ def sequence_problems(seq_len: int, lay: Layout) -> list[Problem]:
     return problems
 
 
+def gpus_problems(gpus: int, lay: Layout) -> list[Problem]:
+    """A GPU count given beside a layout must be dp · tp · pp · cp."""
+    g = positive_int("gpus", gpus)
+    if g != lay.gpus:
+        return [Problem(("gpus", "dp", "tp", "pp", "cp"), f"gpus {g} ≠ dp × tp × pp × cp = "
+                        f"{lay.dp} × {lay.tp} × {lay.pp} × {lay.cp} = {lay.gpus}")]
+    return []
+
+
 def layout_problems(
     model: ModelShape,
     lay: Layout,
@@ -228,10 +237,7 @@ def layout_problems(
     problems = [*tensor_split_problems(model, lay.tp), *expert_problems(model, lay),
                 *pipeline_split_problems(model, lay.pp, lay.v)]
     if gpus is not None:
-        g = positive_int("gpus", gpus)
-        if g != lay.gpus:
-            problems.append(Problem(("gpus", "dp", "tp", "pp", "cp"), f"gpus {g} ≠ dp × tp × pp × "
-                                    f"cp = {lay.dp} × {lay.tp} × {lay.pp} × {lay.cp} = {lay.gpus}"))
+        problems += gpus_problems(gpus, lay)
     if global_batch is not None or micro_batch is not None:
         if global_batch is None or micro_batch is None:
             raise ValueError("give both global_batch and micro_batch, or neither")

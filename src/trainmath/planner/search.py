@@ -44,7 +44,7 @@ from ..parallel.layout import (Batch, Layout, batch_problems, expert_problems,
 from ..problems import Problem, check, describe
 from ..runs.description import Gpu, Run
 from ..runs.estimates import _peak
-from ..runs.rules import fsdp2_problems, positions_problems
+from ..runs.rules import MODEL_SHAPE, fsdp2_problems, positions_problems
 from ..time.flops import flops_per_token
 from ..time.step import ACHIEVABLE, Overlap, RingLatency, step_time
 from ..units import Bytes, positive_int
@@ -247,7 +247,8 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     if isinstance(model, str):
         model = preset(model)
     if not isinstance(model, ModelShape):
-        raise ValueError(f"plan needs a model shape (a ModelShape or a preset name), got {model!r}")
+        raise ValueError("plan needs a model shape: it splits the layers over tp and pp; "
+                         f"accepted: {MODEL_SHAPE}; got {model!r}")
     key = accelerator(gpu).key  # aliases as every entry point accepts them
     n = positive_int("gpus", gpus)
     s = positive_int("seq_len (s)", seq_len)

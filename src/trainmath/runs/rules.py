@@ -29,6 +29,9 @@ from ..problems import Problem
 if TYPE_CHECKING:  # the Run these rules check; it imports them
     from .description import Run
 
+#: What "a model shape" is, wherever a rule asks for one.
+MODEL_SHAPE = "a model shape (a preset, a config.json or a shape's sizes)"
+
 
 def positions_problems(model: ModelShape, seq_len: int) -> list[Problem]:
     """A sequence no longer than the positions the model was trained for: its learned
@@ -81,8 +84,8 @@ def count_only_problems(lay: Layout, batch: Batch) -> list[Problem]:
     listing = " and ".join(f"{name} {given[name]}" for name in needs)
     verb = "need" if len(needs) > 1 else "needs"
     return [Problem(needs, f"{listing} {verb} a model shape, not a parameter count alone: how the "
-                    "layers split over ranks and stages depends on it; accepted: a ModelShape as "
-                    "the model, or tp = pp = v = 1 and no global_batch")]
+                    "layers split over ranks and stages depends on it; accepted: "
+                    f"{MODEL_SHAPE}, or tp = pp = v = ep = 1 and no global_batch")]
 
 
 def adapter_problems(run: Run) -> list[Problem]:
@@ -93,7 +96,7 @@ def adapter_problems(run: Run) -> list[Problem]:
         raise ValueError(f"adapter must be a trainmath.memory.finetune.Adapter or None, got {a!r}")
     if run.shape is None:
         return [Problem(("model",), "a LoRA or QLoRA run needs a model shape, not a parameter count "
-                        "alone: the adapter's size depends on the matrices; accepted: a ModelShape")]
+                        f"alone: the adapter's size depends on the matrices; accepted: {MODEL_SHAPE}")]
     problems = model_problems(run.shape)
     split = {k: getattr(lay, k) for k in ("tp", "pp", "cp", "v") if getattr(lay, k) > 1}
     if split:

@@ -18,7 +18,8 @@ from ..memory.recipes import recipe
 from ..memory.sharding import _zero_traffic, check_stage, zero_traffic
 from ..model.moe import _check
 from ..model.shape import ModelShape
-from ..parallel.layout import Layout, microbatches
+from ..parallel.layout import Layout, microbatches, sequence_problems
+from ..problems import check
 from ..parallel.placement import stage_params
 from .collectives import all_to_all_factor, ring_all_reduce_factor, ring_gather_factor
 from ..units import Bytes, choice, positive_int
@@ -140,8 +141,7 @@ def communication(
     g = r.gradients if grad_bytes is None else positive_int("grad_bytes", grad_bytes)
     m = microbatches(global_batch, lay.dp, b)
     tp, pp, cp, v = lay.tp, lay.pp, lay.cp, lay.v
-    if s % cp:
-        raise ValueError(f"seq_len {s} is not divisible by cp {cp}")
+    check(sequence_problems(s, replace(lay, sequence_parallel=False)))
     tokens = b * (s // cp)  # tokens of one micro-batch on this device
     activation = tokens * model.hidden * act  # b·(s/cp)·h bytes
     stages = stage_params(model, lay)
