@@ -3,7 +3,8 @@ from fractions import Fraction
 import pytest
 
 from trainmath.memory.recipes import bytes_per_param, training_state
-from trainmath.memory.sharding import (fsdp_memory, min_ranks, step_traffic, zero_states, zero_traffic)
+from trainmath.memory.sharding import fsdp_memory, min_ranks, zero_states
+from trainmath.time.communication import step_traffic, zero_traffic
 from trainmath.memory.fsdp2 import dim0_rows, fsdp2_dtypes, fsdp2_rank
 from trainmath.units import GB, Bytes
 

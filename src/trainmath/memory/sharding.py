@@ -18,10 +18,9 @@ sharded with them from stage 1, which gives DeepSpeed's own 2 + 18/N at stage 2.
 Also here: the smallest N_d that fits a GPU (:func:`min_ranks`); PyTorch FSDP's strategies,
 gathered units, prefetch, FSDP2's root unit and fp32 reduce-scatter input, and CPU offload
 (:func:`fsdp_memory`; Zhao et al. 2023, *PyTorch FSDP*, §3.2-3.3; Ren et al. 2021,
-*ZeRO-Offload*, §4); bytes sent per step (:func:`zero_traffic`,
-the one definition of ZeRO's traffic, and :func:`step_traffic` for FSDP's strategies, both with
-m micro-batches per step; ZeRO §7,
-ring factors from :mod:`trainmath.time.collectives`); and FSDP2's exact per-rank bytes with its
+*ZeRO-Offload*, §4). The bytes these stages send per step are ZeRO's traffic,
+:func:`trainmath.time.communication.zero_traffic` and
+:func:`trainmath.time.communication.step_traffic`; FSDP2's exact per-rank bytes with its
 dim-0 padding (:func:`trainmath.memory.fsdp2.fsdp2_rank`, checked against torch by validate/test_fsdp.py).
 """
 
@@ -35,7 +34,6 @@ from typing import Sequence
 
 from .recipes import BytesPerParam, ModelStates, bytes_per_param, recipe
 from ..derivations import Derivation, bytes_text, number_text
-from ..time.collectives import ring_all_reduce_factor, ring_gather_factor
 from ..units import Bytes, positive_int
 
 
@@ -313,114 +311,6 @@ def fsdp_memory(
 
 #: Bytes per element of the formats collectives move.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-
-
-@dataclass(frozen=True)
-class StepTraffic:
-    """Bytes one rank sends per optimizer step (ring collectives send what they receive)."""
-
-    all_reduce: Bytes
-    reduce_scatter: Bytes
-    all_gather: Bytes
-    #: the part of the above that crosses between shard groups (HYBRID_SHARD's all-reduce)
-    across_groups: Bytes
-
-    @property
-    def total(self) -> Bytes:
-        """All the bytes this rank sends per step."""
-        return self.all_reduce + self.reduce_scatter + self.all_gather
-
-
-def zero_traffic(
-    params: int,
-    n_d: int,
-    stage: int,
-    *,
-    microbatches: int = 1,
-    weight_bytes: int = 2,
-    grad_bytes: int = 2,
-) -> StepTraffic:
-    """Bytes each rank sends per optimizer step under ZeRO ``stage`` over ``n_d`` ranks (ZeRO §7.2).
-
-    With f = (n_d-1)/n_d (a ring, :func:`trainmath.time.collectives.ring_gather_factor`), g bytes per
-    gradient and w per weight: stage 0 all-reduces the gradients once per step, 2fΨg; stage 1
-    reduce-scatters them and all-gathers the updated weights, fΨ(g + w), the same 2Ψ when
-    w = g (§7.2.1); stage 2 shards the gradients, so it reduce-scatters after every one of the
-    m = ``microbatches`` micro-batches, fΨ(m·g + w); stage 3 gathers the weights for every
-    forward and every backward and reduce-scatters every micro-batch's gradients,
-    m·fΨ(2w + g): the paper's 3Ψ (§7.2.2) when m = 1 and w = g. The one definition of ZeRO's
-    traffic: :func:`step_traffic` and :func:`trainmath.time.communication.communication` use it.
-    """
-    psi = positive_int("params", params)
-    n = positive_int("n_d", n_d)
-    s = check_stage(stage)
-    m = positive_int("microbatches (m)", microbatches)
-    return _zero_traffic(psi, n, s, m=m, w=positive_int("weight_bytes", weight_bytes),
-                         g=positive_int("grad_bytes", grad_bytes))
-
-
-@lru_cache(maxsize=4096)  # pure; the planner asks again for each recomputation and interleave
-def _zero_traffic(psi: int, n: int, stage: int, *, m: int, w: int, g: int) -> StepTraffic:
-    """:func:`zero_traffic` on checked inputs."""
-    zero = Bytes(0)
-    if stage == 0:
-        return StepTraffic(Bytes(ring_all_reduce_factor(n) * psi * g), zero, zero, zero)
-    f = ring_gather_factor(n)
-    reductions = m if stage >= 2 else 1  # a sharded gradient is reduced every micro-batch
-    gathers = 2 * m if stage == 3 else 1  # ZeRO-3 gathers for every forward and backward
-    return StepTraffic(zero, Bytes(f * psi * g * reductions), Bytes(f * psi * w * gathers), zero)
-
-
-def step_traffic(
-    params: int,
-    n_d: int,
-    strategy: str | int,
-    *,
-    shard_group: int | None = None,
-    grad_dtype: str = "bf16",
-    param_dtype: str | None = None,
-    microbatches: int = 1,
-) -> StepTraffic:
-    """Bytes each rank sends per step for gradient sync and parameter gathers (ZeRO §7).
-
-    A ring all-reduce of Ψ elements is a reduce-scatter plus an all-gather, 2Ψ(N-1)/N elements
-    per rank (ZeRO §7.1 rounds this to 2Ψ). ZeRO-1 and ZeRO-2 reduce-scatter the gradients and
-    all-gather the updated parameters: the same volume (§7.2.1). ZeRO-3 all-gathers the
-    parameters in the forward and again in the backward, then reduce-scatters the gradients:
-    3Ψ(N-1)/N, 1.5× (§7.2.2). ``strategy`` is a ZeRO stage (0-3) or an FSDP strategy name.
-
-    The paper counts one micro-batch per step. With ``microbatches`` = m (gradient
-    accumulation), what a stage does in every backward happens m times, as :func:`zero_traffic`
-    (the one definition, which this calls) counts it: whole gradients (stages 0 and 1)
-    accumulate and are reduced once; sharded ones (stage 2, FULL_SHARD) are reduce-scattered
-    after every micro-batch, and ZeRO-3 gathers the weights for every forward and backward.
-    FSDP reduces in every backward unless told not to (FSDP1's ``no_sync``, FSDP2's
-    ``set_requires_gradient_sync(False)``, which keep unsharded gradients instead).
-    SHARD_GRAD_OP reshards after each backward, so it gathers before every forward: m(Ψg + Ψw)
-    where ZeRO-2 keeps the weights and gathers once. HYBRID_SHARD does ZeRO-3's traffic inside a
-    shard group of S ranks, then all-reduces each rank's Ψ/S gradient shard across the n_d/S
-    groups (FSDP §3.2.2), every micro-batch.
-    """
-    psi = positive_int("params", params)
-    n = positive_int("n_d", n_d)
-    m = positive_int("microbatches (m)", microbatches)
-    g = DTYPE_BYTES[_dtype(grad_dtype)]
-    w = DTYPE_BYTES[_dtype(param_dtype)] if param_dtype is not None else g
-    if isinstance(strategy, str):
-        stage = FSDP_STRATEGIES[_check_strategy(strategy)]
-    else:
-        stage = check_stage(strategy)
-    if strategy == "HYBRID_SHARD":
-        s = _shard_group(strategy, n, shard_group)
-        across = Bytes(m * ring_all_reduce_factor(n // s) * Fraction(psi, s) * g)
-        inside = _zero_traffic(psi, s, 3, m=m, w=w, g=g)
-        return StepTraffic(across, inside.reduce_scatter, inside.all_gather, across)
-    _shard_group(strategy, n, shard_group)
-    if strategy == "SHARD_GRAD_OP":  # like ZeRO-2, but gathering again for every forward
-        f = ring_gather_factor(n)
-        zero = Bytes(0)
-        return StepTraffic(zero, Bytes(m * f * psi * g), Bytes(m * f * psi * w), zero)
-    return _zero_traffic(psi, n, stage, m=m, w=w, g=g)
 
 
 def _shard_group(strategy: object, n: int, shard_group: object) -> int:

@@ -137,7 +137,9 @@ class Run:
         if not isinstance(self.model, ModelShape):  # then a parameter count, such as 7e9
             object.__setattr__(self, "model", positive_int("model (a ModelShape or a parameter "
                                                            "count)", self.model))
-        problems = [] if self.adapter is None else adapter_problems(self)
+        problems = [] if self.adapter is None else adapter_problems(
+            self.adapter, shape=self.shape, layout=self.layout, training=self.training,
+            timed=self.budget is not None)
         if self.shape is None:
             needs = count_only_problems(self.layout, self.batch)
             if needs and not problems:
@@ -150,7 +152,7 @@ class Run:
         if self.budget is not None:
             problems += budget_problems(t, None if self.gpu is None else self.gpu.kind)
         if self.shape is not None:
-            problems += run_problems(self)
+            problems += run_problems(self.shape, layout=self.layout, training=t, batch=self.batch)
         check(problems)
 
     def _resolve(self) -> None:

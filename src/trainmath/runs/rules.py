@@ -15,8 +15,6 @@ functions (:mod:`trainmath.planner.search`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..hardware import GPU_ALIASES, GPUS, gpu as accelerator
 from ..memory.finetune import ADAPTER_RECIPES, Adapter, model_problems
 from ..memory.kernels import context_parallel_problems, kernel_problems
@@ -25,9 +23,6 @@ from ..memory.training import Training
 from ..model.shape import ModelShape
 from ..parallel.layout import Batch, Layout, layout_problems
 from ..problems import Problem
-
-if TYPE_CHECKING:  # the Run these rules check; it imports them
-    from .description import Run
 
 #: What "a model shape" is, wherever a rule asks for one.
 MODEL_SHAPE = "a model shape (a preset, a config.json or a shape's sizes)"
@@ -88,16 +83,17 @@ def count_only_problems(lay: Layout, batch: Batch) -> list[Problem]:
                     f"{MODEL_SHAPE}, or tp = pp = v = ep = 1 and no global_batch")]
 
 
-def adapter_problems(run: Run) -> list[Problem]:
+def adapter_problems(adapter: Adapter, *, shape: ModelShape | None, layout: Layout,
+                     training: Training, timed: bool) -> list[Problem]:
     """What a LoRA or QLoRA run needs: a Llama-style shape, the whole model on each device (dp
-    replicas only), no ZeRO, no offload, no time to train, an adapter recipe."""
-    a, lay, t = run.adapter, run.layout, run.training
+    replicas only), no ZeRO, no offload, no time to train (``timed``), an adapter recipe."""
+    a, lay, t = adapter, layout, training
     if not isinstance(a, Adapter):
         raise ValueError(f"adapter must be a trainmath.memory.finetune.Adapter or None, got {a!r}")
-    if run.shape is None:
+    if shape is None:
         return [Problem(("model",), "a LoRA or QLoRA run needs a model shape, not a parameter count "
                         f"alone: the adapter's size depends on the matrices; accepted: {MODEL_SHAPE}")]
-    problems = model_problems(run.shape)
+    problems = model_problems(shape)
     split = {k: getattr(lay, k) for k in ("tp", "pp", "cp", "v") if getattr(lay, k) > 1}
     if split:
         given = ", ".join(f"{k} {n}" for k, n in split.items())
@@ -110,7 +106,7 @@ def adapter_problems(run: Run) -> list[Problem]:
     if t.offload != "none":
         problems.append(Problem(("offload",), f"offload {t.offload!r} with an adapter is not "
                                 "modelled; accepted: offload 'none'"))
-    if run.budget is not None:
+    if timed:
         problems.append(Problem(("tokens", "mfu"), "a time to train with an adapter is not modelled "
                                 "(its backward computes no gradients for the frozen weights, so 6 "
                                 "FLOPs per parameter and token overcounts); accepted: no tokens and "
@@ -121,11 +117,12 @@ def adapter_problems(run: Run) -> list[Problem]:
     return problems
 
 
-def run_problems(run: Run) -> list[Problem]:
+def run_problems(model: ModelShape, *, layout: Layout, training: Training, batch: Batch
+                 ) -> list[Problem]:
     """Every rule a resolved run with a model shape must keep, in this order: the layout's
     (with the batch and sequence), the model's positions, context parallelism's kernels, the
     implementation's kernels, FSDP2's layouts."""
-    model, lay, t, batch = run.shape, run.layout, run.training, run.batch
+    lay, t = layout, training
     problems = layout_problems(model, lay, seq_len=batch.seq_len, global_batch=batch.global_batch,
                                micro_batch=None if batch.global_batch is None else batch.micro_batch)
     if batch.seq_len is not None:
