@@ -3,6 +3,7 @@ functions and the command all report it in the same words, and every problem nam
 """
 
 import ast
+import functools
 import json
 from pathlib import Path
 
@@ -41,6 +42,7 @@ RULE_WORDS = [
 ]
 
 
+@functools.cache
 def _code_strings() -> list[tuple[str, str]]:
     """Every string literal in the library's code (f-strings joined, docstrings left out)."""
     found = []

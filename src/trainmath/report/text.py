@@ -97,7 +97,7 @@ def render(est: Estimate) -> str:
     lines.extend(_time_lines(est))
     lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
     lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
-    lines.append("  trainmath.peak; all checked against PyTorch (the How we know page).")
+    lines.append("  trainmath.memory.peak; all checked against PyTorch (the How we know page).")
     if r.adapter is not None:
         lines.append("  fine-tuning: Hu et al. 2021 (LoRA) §4.1, Dettmers et al. 2023 (QLoRA) §3;")
         lines.append("  checked against peft (the Fine-tuning page).")
