@@ -7,7 +7,7 @@ LOCK   := requirements/constraints.txt
 HTML   := docs/_build/html
 PORT   ?= 8000
 
-.PHONY: help test docs preview serve validate browser browser-tools lock clean
+.PHONY: help test docs preview serve validate published browser browser-tools lock clean
 
 help:
 	@echo "make test     run unit tests, every page's examples and claims, and the number lint"
@@ -15,6 +15,7 @@ help:
 	@echo "make preview  serve the built site at http://127.0.0.1:$(PORT)/ (search needs HTTP)"
 	@echo "make serve    rebuild and reload the site while you edit"
 	@echo "make validate check the library against real PyTorch on the CPU (installs torch)"
+	@echo "make published  rank every published run's layout in the planner, as the Plan page records"
 	@echo "make browser  the built site in Chromium: popups, axe, weight, search (installs chromium, axe-core)"
 	@echo "make lock     regenerate $(LOCK) from the newest compatible releases"
 
@@ -31,6 +32,12 @@ $(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Every published run's layout ranked by the planner (about a hundred plans, some 20 s): the
+# ranks "Plan a training run" shows are docs/_data/published-ranks.json, which this checks;
+# `$(PY) tools/published_ranks.py` rewrites it.
+published: $(STAMP)
+	$(PY) tools/published_ranks.py --check
 
 # The calculator page's runtime: Pyodide, pinned in tools/calculator/package-lock.json, installed
 # by npm ci once (its .package-lock.json is the stamp) and copied into the site by the build.

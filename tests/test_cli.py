@@ -125,11 +125,13 @@ def test_parse_count(text):
         (["--layers", "-2", "--hidden", "8", "--heads", "2", "--ffn", "8", "--vocab", "8"],
          "argument --layers: '-2' is not a positive whole number"),
         (["--model", "llama-2-7b", "--tp", "3"], "heads 32 is not divisible by tp 3"),
-        (["--model", "llama-2-7b", "--pp", "5"], "layers 32 is not divisible by pp 5"),
+        (["--model", "llama-2-7b", "--pp", "40"], "layers 32 cannot fill pp 40 stages; accepted: pp at most 32"),
+        (["--model", "llama-2-7b", "--pp", "4", "--stage-layers", "8/8/8/9"], "stages 8 × 3, 9 add up to 33 layers; accepted: 32"),
         (["--params", "7e9", "--tp", "2"], "tp 2 needs a model shape, not a parameter count alone"),
         (["--params", "7e9", "--tp", "2", "--pp", "2"], "tp 2 and pp 2 need a model shape"),
         (["--params", "7e9", "--interleave", "2"], "error: v 2 needs a model shape"),
-        (["--model", "llama-3-70b", "--pp", "4", "--interleave", "3"], "not divisible by"),
+        (["--model", "llama-3-70b", "--pp", "4", "--interleave", "30"],
+         "layers 80 cannot fill pp × v = 4 × 30 = 120 model chunks"),
         (["--model", "llama-2-7b", "--dp", "3", "--global-batch", "16"],
          "global batch 16 is not divisible by dp × micro-batch = 3 × 1 = 3"),
         (["--params", "7e9", "--dp", "4", "--gpus", "8"],
@@ -139,7 +141,7 @@ def test_parse_count(text):
         ([], "no model given; accepted: --model PRESET, --config PATH, --params N, or a shape"),
         (["--params", "7e9", "--gpu-memory", "80"], "cannot read '80' as an amount of memory"),
         (["--params", "7e9", "--gpu-memory", "80 GiGs"], "unknown byte unit 'GiGs'"),
-        (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, h100-sxm, h200, b200"),
+        (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h200, b200, a100-80gb"),
         (["--params", "7e9", "--offload", "cpu"],
          "argument --offload: unknown offload 'cpu'; accepted: none, optimizer, params"),
         (["--params", "7e9", "--offload", "optimizer", "--zero", "1"],
@@ -160,11 +162,11 @@ def test_parse_count(text):
          "argument --mfu: '1.5' is not an MFU; accepted: a fraction in (0, 1] such as 0.4, or 40%"),
         (["--params", "7e9", "--mfu", "0"], "argument --mfu: '0' is not an MFU"),
         (["--params", "7e9", "--tokens", "1T", "--gpu", "h100-sxm"],
-         "tokens needs mfu as well: a time to train needs both the tokens and the MFU assumed"),
+         "tokens without mfu asks for the step time to be predicted, which needs a model shape, seq_len, global_batch"),
         (["--params", "7e9", "--mfu", "0.4", "--gpu", "h100-sxm"], "mfu needs tokens as well"),
         (["--params", "7e9", "--tokens", "1T", "--mfu", "0.4"],
          "a time to train needs a GPU kind for its peak FLOP/s; accepted: gpu one of a100-sxm, "
-         "h100-sxm, h200, b200, a100-80gb"),
+         "a100-40gb, h100-sxm, h200, b200, a100-80gb"),
         (["--params", "7e9", "--tokens", "1T", "--mfu", "0.4", "--gpu", "h100-sxm", "--recipe", "fp32"],
          "recipe 'fp32' computes in fp32, which the GPU table has no peak for"),
         (["--params", "7e9", "--recompute", "some"], "argument --recompute: unknown recompute 'some'; accepted: none, selective, full"),
@@ -354,8 +356,8 @@ def test_time_to_train_gpt3(capsys):
     assert (d["inputs"]["tokens"], d["inputs"]["mfu"]) == (300 * 10**9, 0.5)
     status, out, _ = run(capsys, "estimate", "--params", "174.6B", "--dp", "1024", "--gpu",
                          "a100-80gb", "--tokens", "300B", "--mfu", "0.5")
-    assert ("time: 300,000,000,000 tokens at MFU 50.0% of the dense bf16 peak of one A100 SXM "
-            "80GB, 312.0 TFLOP/s, 1,024 GPUs") in out
+    assert ("time: 300,000,000,000 tokens at MFU 50.0% (assumed) of the dense bf16 peak of one "
+            "A100 SXM 80GB, 312.0 TFLOP/s, 1,024 GPUs") in out
 
 
 def test_time_with_a_shape_counts_the_attention_term(capsys):

@@ -60,7 +60,8 @@ def test_every_figure_has_its_arithmetic_and_the_formula_gives_it(name):
     offload = est.training.offload != "none"
     expected = kinds + (["activations"] if est.activations is not None else []) + (
         ["host memory"] if offload else []) + ["total", "peak of a step"] + (
-        ["fits"] if est.fits is not None else []) + (["time to train"] if est.time else [])
+        ["fits"] if est.fits is not None else []) + (["step time"] if est.step else []) + (
+        ["time to train"] if est.time else [])
     assert list(terms) == expected
     for label, amount in est.parts().items():
         if amount is not None:

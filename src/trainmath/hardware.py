@@ -88,6 +88,12 @@ class Accelerator:
     memory: GpuMemory
     source: str
     note: str = ""
+    #: HBM bandwidth as the datasheet states it, bytes/s
+    hbm_bandwidth: float = 0.0
+    #: streaming multiprocessors (the GEMM model's wave size: :mod:`trainmath.time.gemm`)
+    sms: int = 0
+    #: where ``hbm_bandwidth`` and ``sms`` come from
+    hbm_source: str = ""
 
     def peak_problems(self, precision: str) -> list[Problem]:
         """A precision this GPU has no dense tensor-core peak in (fp8 before Hopper)."""
@@ -125,6 +131,24 @@ GPUS: dict[str, Accelerator] = {
             "NVIDIA A100 Tensor Core GPU datasheet: BFLOAT16/FP16 Tensor Core 312 TFLOPS "
             "(624 with sparsity)",
             "Ampere has no fp8 tensor cores.",
+            2039 * GB, 108,
+            "NVIDIA A100 Tensor Core GPU datasheet: GPU memory bandwidth 2,039GB/s (80GB SXM); "
+            "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs",
+        ),
+        Accelerator(
+            "a100-40gb", "A100 SXM 40GB", 312 * TERA, None,
+            GpuMemory(
+                "40GB HBM2", Bytes(40 * GB), Bytes(40 * GiB), Bytes(40_960 * MiB),
+                f"NVIDIA A100 Tensor Core GPU datasheet: 40GB HBM2; {_SMI}: 40960MiB",
+                "The 40 GiB on the package (five 8 GiB HBM2 stacks) is not printed in the "
+                "datasheet; it equals the 40,960 MiB nvidia-smi reports.",
+            ),
+            "NVIDIA A100 Tensor Core GPU datasheet: BFLOAT16/FP16 Tensor Core 312 TFLOPS "
+            "(624 with sparsity)",
+            "The A100 the 2020 launch shipped; Ampere has no fp8 tensor cores.",
+            1555 * GB, 108,
+            "NVIDIA A100 Tensor Core GPU datasheet: GPU memory bandwidth 1,555GB/s (40GB SXM); "
+            "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs",
         ),
         Accelerator(
             "h100-sxm", "H100 SXM", 989.4 * TERA, 1978.9 * TERA,
@@ -136,6 +160,10 @@ GPUS: dict[str, Accelerator] = {
             "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5: 989.4 dense bf16/fp16 "
             "and 1,978.9 dense fp8 TFLOPS; the H100 datasheet prints the sparse figures, "
             "1,979 and 3,958 TFLOPS",
+            "",
+            3350 * GB, 132,
+            "NVIDIA H100 Tensor Core GPU datasheet: GPU memory bandwidth 3.35TB/s (SXM); H100 "
+            "Architecture whitepaper: 132 SMs on H100 SXM5",
         ),
         Accelerator(
             "h200", "H200 SXM", 989.4 * TERA, 1978.9 * TERA,
@@ -148,6 +176,9 @@ GPUS: dict[str, Accelerator] = {
             "NVIDIA H200 Tensor Core GPU datasheet: the H100 SXM's tensor-core peaks (1,979 bf16 and "
             "3,958 fp8 TFLOPS with sparsity, half that dense)",
             "Same GH100 compute as the H100 SXM; more and faster memory.",
+            4800 * GB, 132,
+            "NVIDIA H200 Tensor Core GPU datasheet: GPU memory bandwidth 4.8TB/s; the H100 SXM's "
+            "132 SMs (same GH100 part)",
         ),
         Accelerator(
             "b200", "B200 (HGX, 1,000 W)", 2.25 * PETA, 4.5 * PETA,
@@ -161,6 +192,10 @@ GPUS: dict[str, Accelerator] = {
             "NVIDIA HGX B200 specifications: FP16/BF16 Tensor Core 4.5 PFLOPS and FP8 9 PFLOPS per "
             "GPU with sparsity (2.25 and 4.5 dense)",
             "The GB200 NVL72 part runs at 2.5 PFLOPS dense bf16 (1,200 W); check the SKU you rent.",
+            8000 * GB, 148,
+            "NVIDIA HGX B200 specifications: GPU memory bandwidth 8TB/s per GPU; 148 SMs as "
+            "torch.cuda.get_device_properties reports on B200 in public logs (not an NVIDIA "
+            "document)",
         ),
     )
 }
@@ -218,6 +253,10 @@ INTERCONNECTS: dict[str, Interconnect] = {
                      "NVIDIA DGX A100 datasheet: 8 A100s, NVLink 600 GB/s per GPU (both directions "
                      "together), eight 200 Gb/s HDR InfiniBand adapters for the compute network "
                      "(one per GPU: 25 GB/s each way)"),
+        Interconnect("a100-40gb", 8, 300 * GB, 25 * GB,
+                     "NVIDIA DGX A100 datasheet (the 320GB system of 8 A100 40GB): NVLink 600 GB/s "
+                     "per GPU (both directions together), eight 200 Gb/s HDR InfiniBand adapters "
+                     "(25 GB/s each way per GPU)"),
         Interconnect("h100-sxm", 8, 450 * GB, 50 * GB,
                      "NVIDIA DGX H100 datasheet: 8 H100 SXMs, fourth-generation NVLink 900 GB/s per "
                      "GPU (both directions), eight 400 Gb/s ConnectX-7 adapters (50 GB/s each way "

@@ -32,7 +32,7 @@ from ..report.text import render, render_plan
 from ..runs.description import Budget, Gpu, Run
 from ..runs.estimates import Estimate, estimate
 from ..runs.rules import time_problems
-from ..time.step import ACHIEVABLE, NCCL_RING, Overlap
+from ..time.step import Overlap, Timing
 from .flags import PROG, UsageError, build_parser
 
 
@@ -94,7 +94,8 @@ def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.description.Run` the parsed flags describe; the library checks it."""
     model = _model(args)
     lay = Layout(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, v=args.interleave,
-                 sequence_parallel=args.sequence_parallel, ep=args.ep)
+                 sequence_parallel=args.sequence_parallel, ep=args.ep,
+                 stages=args.stage_layers or ())
     check([*time_problems(args.tokens, args.mfu),
            *([] if args.gpus is None else gpus_problems(args.gpus, lay))])
     return Run(
@@ -110,6 +111,7 @@ def to_run(args: argparse.Namespace) -> Run:
         overhead=args.overhead,
         budget=None if args.tokens is None else Budget(args.tokens, args.mfu),
         gpus_per_node=args.gpus_per_node,
+        timing=_timing(args),
         adapter=_adapter(args),
     )
 
@@ -162,20 +164,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- trainmath plan ------------------------------------------------------------------------------
+def _overlap(args: argparse.Namespace) -> Overlap:
+    """What the flags say the framework overlaps."""
+    return Overlap(gradients=not args.no_overlap, parameters=not args.no_overlap,
+                   tensor=args.tp_overlap)
+
+
+def _timing(args: argparse.Namespace) -> Timing:
+    """The step-time model's settings the estimate flags give."""
+    return Timing(overlap=_overlap(args), kernel=args.attention_kernel, sustained=args.sustained,
+                  nvlink=args.nvlink, network=args.network)
+
+
 def _plan(args: argparse.Namespace) -> Plan:
     """The :class:`~trainmath.planner.candidates.Plan` the parsed flags ask for."""
     model = _model(args)
-    base = Overlap()
-    overlap = Overlap(*(getattr(args, f"overlap_{k}") if getattr(args, f"overlap_{k}")
-                        is not None else getattr(base, k) for k in ("dp", "tp", "pp", "cp")))
     return plan(
         model, gpu=args.gpu, gpus=args.gpus, seq_len=args.seq_len, global_batch=args.global_batch,
         node_gpus=args.gpus_per_node, recipe=args.recipe, implementation=args.implementation,
-        optimizer=args.optimizer,
-        achievable=ACHIEVABLE if args.achievable is None else args.achievable,
-        nvlink=args.nvlink, network=args.network, overlap=overlap,
+        optimizer=args.optimizer, nvlink=args.nvlink, network=args.network,
+        overlap=_overlap(args), kernel=args.attention_kernel, sustained=args.sustained,
         tp_across_nodes=args.tp_across_nodes, cp_across_nodes=args.cp_across_nodes,
-        layout=args.layout, latency=NCCL_RING if args.latency else None)
+        layout=args.layout,
+        zero_stages=None if args.zero is None else (args.zero,),
+        recomputes=None if args.recompute is None else (args.recompute,))
 
 
 if __name__ == "__main__":  # pragma: no cover

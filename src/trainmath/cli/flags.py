@@ -32,6 +32,9 @@ from ..memory.sharding import OFFLOAD_ALIASES, STAGES
 from ..model.hfconfig import FAMILIES
 from ..model.presets import PRESETS
 from ..model.shape import MLP_KINDS, NORM_KINDS
+from ..parallel.layout import parse_stages
+from ..time.attention import FLASH_KERNELS
+from ..time.calibration import SUSTAINED
 from ..units import Bytes, parse_bytes
 
 #: The command's name, as usage and error messages print it.
@@ -140,6 +143,14 @@ def parse_fraction(text: str) -> float:
     return value
 
 
+def parse_stage_layers(text: str) -> tuple[int, ...]:
+    """``7/8*14/7``: layers per pipeline stage (:func:`trainmath.parallel.layout.parse_stages`)."""
+    try:
+        return parse_stages(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_rate(text: str) -> float:
     """A bandwidth in GB/s (10^9 bytes per second, each way), as bytes per second."""
     try:
@@ -226,6 +237,8 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     "estimate": (("model", "model (a preset, a parameter count, or a shape)"),
                  ("training", "training"),
                  ("extras", "what the formulas leave out, offload, and time"),
+                 ("time", "the step-time model (with --global-batch and --gpu; stated in the "
+                          "output)"),
                  ("finetune", "fine-tuning (LoRA, QLoRA)")),
     "plan": (("model", "model (a preset, or a shape)"), ("run", "the run"),
              ("assumptions", "assumptions (stated in the output)"), ("output", "output")),
@@ -236,6 +249,27 @@ _EST = ("estimate",)
 _PLAN = ("plan",)
 _RECIPES = (*RECIPES, *RECIPE_ALIASES)
 _GPUS = (*GPUS, *GPU_ALIASES)
+
+
+def _time_flags(commands, group) -> list[Flag]:
+    """The step-time model's settings, for estimate and plan alike (:class:`~trainmath.time.step.Timing`)."""
+    return [
+        Flag(("--sustained",), commands, group, "share of the GEMM and attention benchmarks' "
+             "rates a training run sustains, 0.7 or 70% (default: calibrated on published runs: "
+             + ", ".join(f"{k} {v:.0%}" for k, v in SUSTAINED.items()) + ")",
+             parse=parse_fraction, metavar="F"),
+        Flag(("--attention-kernel",), commands, group, "the flash kernel timed, one of: "
+             + ", ".join(FLASH_KERNELS) + " (default: cudnn for megatron-te on Hopper and later, "
+             "else fa2)", choices=FLASH_KERNELS, what="attention kernel", metavar="KERNEL"),
+        Flag(("--tp-overlap",), commands, group, "tensor-parallel collectives overlap their GEMMs "
+             "(Transformer Engine's --tp-comm-overlap)", kind="on", default=False),
+        Flag(("--no-overlap",), commands, group, "gradient reduction and weight gathers wait for "
+             "compute (no bucketed overlap, no prefetch)", kind="on", default=False),
+        Flag(("--nvlink",), commands, group, "GB/s each GPU sends inside a node (default: the "
+             "GPU's NVLink, one way)", parse=parse_rate, metavar="GB/s"),
+        Flag(("--network",), commands, group, "GB/s each GPU sends across nodes (default: its DGX "
+             "network adapter)", parse=parse_rate, metavar="GB/s"),
+    ]
 
 
 def _positive_flags(commands, group, specs):
@@ -290,6 +324,10 @@ FLAGS: tuple[Flag, ...] = (
                                         ("interleave", "model chunks per pipeline device (interleaved 1F1B)", 1, "V"),
                                         ("gpus", "check that dp·tp·pp·cp equals this", None, None))),
     Flag(("--sequence-parallel",), _EST, "training", kind="on", default=False),
+    Flag(("--stage-layers",), _EST, "training", "layers of each pipeline stage (of each model "
+         "chunk with --interleave), e.g. 7/8*14/7 for Llama 3 405B on pp 16; default: even, or "
+         "one fewer on the first and last stages when the layers do not divide",
+         parse=parse_stage_layers, metavar="LIST"),
     *_positive_flags(_EST, "training", (
         ("seq-len", "sequence length s (for activations)", None, None),
         ("micro-batch", "micro-batch size b", 1, None),
@@ -323,10 +361,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--gpus-per-node",), _EST, "extras", "GPUs on one node: the CPU memory offload needs per "
          "node", parse=parse_positive, metavar="N"),
     Flag(("--tokens",), _EST, "extras", "tokens to train on (15T, 2e12): FLOPs per token, time and "
-         "GPU-hours on the run's GPUs; needs --mfu and --gpu", parse=parse_tokens, metavar="N"),
+         "GPU-hours on the run's GPUs; needs --gpu, and --mfu or the predicted step (a shape, "
+         "--seq-len, --global-batch)", parse=parse_tokens, metavar="N"),
     Flag(("--mfu",), _EST, "extras", "model FLOPs utilization assumed, 0.4 or 40%, of the GPU's "
-         "dense peak in the recipe's precision; no default: say it (published runs: about 0.4 to "
-         "0.56)", parse=parse_mfu, metavar="F"),
+         "dense peak in the recipe's precision, instead of the predicted one", parse=parse_mfu,
+         metavar="F"),
+    # estimate: the step-time model
+    *_time_flags(_EST, "time"),
     # estimate: fine-tuning
     Flag(("--finetune",), _EST, "finetune", "full (every parameter trained, the default), lora (a "
          "low-rank adapter on the frozen 16-bit model, Hu et al. 2021) or qlora (on a 4-bit NF4 "
@@ -360,26 +401,21 @@ FLAGS: tuple[Flag, ...] = (
          metavar="NAME"),
     Flag(("--optimizer",), _PLAN, "run", choices=tuple(OPTIMIZERS), what="optimizer",
          default="adamw"),
+    Flag(("--zero",), _PLAN, "run", "search only this ZeRO stage (default: every stage the recipe "
+         "offers)", choices=STAGES, what="ZeRO stage", convert=int),
+    Flag(("--recompute",), _PLAN, "run", "search only this recomputation, none, selective or full "
+         "(default: each the kernels allow)", choices=RECOMPUTE_KINDS, what="recompute"),
     # plan: the step-time model's assumptions
-    Flag(("--achievable",), _PLAN, "assumptions", "share of the dense peak the matrix "
-         "multiplications sustain (default 0.6)", parse=parse_fraction, metavar="F"),
-    Flag(("--nvlink",), _PLAN, "assumptions", "GB/s each GPU sends inside a node (default: the "
-         "GPU's NVLink, one way)", parse=parse_rate, metavar="GB/s"),
-    Flag(("--network",), _PLAN, "assumptions", "GB/s each GPU sends across nodes (default: its DGX "
-         "network adapter)", parse=parse_rate, metavar="GB/s"),
-    *(Flag((f"--overlap-{kind}",), _PLAN, "assumptions", f"share of {kind} traffic hidden under "
-           "compute", parse=parse_fraction, metavar="F") for kind in ("dp", "tp", "pp", "cp")),
+    *_time_flags(_PLAN, "assumptions"),
     Flag(("--tp-across-nodes",), _PLAN, "assumptions", "allow tp beyond one node", kind="on",
          default=False),
     Flag(("--cp-across-nodes",), _PLAN, "assumptions", "allow tp × cp beyond one node", kind="on",
          default=False),
-    Flag(("--latency",), _PLAN, "assumptions", "also charge each collective's latency (NCCL's ring "
-         "model)", kind="on", default=False),
     # plan: output
     Flag(("--top",), _PLAN, "output", "rows of the table (default 10)", parse=parse_positive,
          default=10),
     Flag(("--layout",), _PLAN, "output", "score your layout, e.g. dp=16,tp=8,pp=4 (also ep, v, "
-         "zero, recompute, b)", metavar="SPEC"),
+         "zero, recompute, b, and stages=7/8*14/7)", metavar="SPEC"),
     Flag(("--explain",), _PLAN, "output", "why each runner-up lost to the best", kind="on",
          default=False),
     Flag(("--json",), _PLAN, "output", "one JSON object: every layout considered", kind="on",

@@ -169,6 +169,10 @@ class GatheredUnits:
     root_reduce: Bytes
     #: units gathered ahead of the one computing (FSDP's default: 1)
     prefetch: int = 1
+    #: the stage's units stay gathered, and their gradients unsharded, from the first forward
+    #: to the last backward: FSDP2 under a pipeline (torchtitan turns ``reshard_after_forward``
+    #: off with pp > 1; PyTorch pipelining syncs gradients on the last micro-batch only)
+    resident: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,11 @@ def _step_peak(i: StepInputs) -> StepPeak:
     def held(layers_gathered: int, *, root: bool = True) -> tuple[tuple[str, Bytes], ...]:
         if g is None:
             return ()
+        if g.resident:
+            layers_gathered = i.layers
         return (("gathered parameters", (g.root if root else z0) + g.layer * layers_gathered),)
+
+    unsharded = (g.layer_grads * (i.layers if g.resident else 1)) if g is not None else z0
 
     if i.activations.n or i.logits.n:  # with a sequence: the loss and what is saved for it
         moments.append(Moment("forward", "the loss: the logits and their fp32 copy", (
@@ -232,13 +240,13 @@ def _step_peak(i: StepInputs) -> StepPeak:
         rest = i.activations - i.output_activations
         moments.append(Moment("backward", "the last layer's backward: its gradients unsharded", (
             *persistent, *held(in_flight), ("activations", rest),
-            ("unsharded gradients", g.root_head_grads + g.layer_grads))))
+            ("unsharded gradients", g.root_head_grads + unsharded))))
         if i.layers > 1:
             moments.append(Moment(
                 "backward", "the next layer's backward, the last layer's reduce-scatter input held", (
                     *persistent, ("gradients", g.layer_sharded_grads), *held(in_flight),
                     ("activations", rest - i.layer_activations),
-                    ("unsharded gradients", g.root_head_grads + g.layer_grads),
+                    ("unsharded gradients", g.root_head_grads + unsharded),
                     ("reduce-scatter buffers", g.layer_reduce))))
         moments.append(Moment("backward", "the end: the root's gradients and their reduce-scatter", (
             *persistent, ("gradients", g.layer_sharded_grads * i.layers),

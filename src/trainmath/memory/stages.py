@@ -197,11 +197,11 @@ def stage_activations(
     cp: int = 1, pp: int = 1, v: int = 1, microbatches: int | None = None,
     stage: int = 0, recompute: str = "none", attention: str | None = None, value_bytes: int = 2,
     mask_bytes: int = MASK_BYTES, stat_bytes: int = STAT_BYTES, mlp_kernel: str = "eager",
-    implementation: str | None = None, autocast: bool = False,
+    implementation: str | None = None, autocast: bool = False, stages: tuple[int, ...] = (),
 ) -> StageActivations:
     """Activations on one device of pipeline stage ``stage`` (0, the first, holds the most).
 
-    Its L/pp layers times :func:`~trainmath.parallel.schedules.in_flight` micro-batches; on the first stage the embedding's
+    Its L/pp layers (or its share of ``stages``, the layers of each model chunk) times :func:`~trainmath.parallel.schedules.in_flight` micro-batches; on the first stage the embedding's
     tensors for its pp micro-batches in flight (Korthikanti et al. 2022 §4.3: sbhp/t for the
     embedding dropout mask, their p and t being pp and tp); on the last stage the output
     layer's for one micro-batch (in 1F1B the last stage runs each backward right after its
@@ -210,8 +210,9 @@ def stage_activations(
     """
     pp = positive_int("pp (pipeline-parallel size)", pp)
     v = positive_int("v (model chunks per pipeline device)", v)
-    check(pipeline_split_problems(model, pp, v))
+    check(pipeline_split_problems(model, pp, v, stages))
     held = in_flight(pp, v=v, microbatches=microbatches, stage=stage)
+    on_device = Layout(pp=pp, v=v, stages=stages).device_layers(model.layers)[stage]
     common = dict(tp=tp, sequence_parallel=sequence_parallel, cp=cp)
     kernels = dict(implementation=implementation, autocast=autocast)
     per_layer = layer_activations(model, s, b, **common, recompute=recompute, attention=attention,
@@ -223,15 +224,18 @@ def stage_activations(
               if stage == pp - 1 else None)
     rotary = rotary_activations(model, s, cp=cp, value_bytes=value_bytes, autocast=autocast)
     return _stage(model, per_layer, embedding=embedding, output=output, pp=pp,
-                  microbatches=microbatches, held=held, rotary=rotary, v=v)
+                  microbatches=microbatches, held=held, rotary=rotary, v=v, layers=on_device)
 
 
 def _stage(model: ModelShape, per_layer: LayerActivations, *, embedding: LayerActivations | None,
            output: LayerActivations | None, pp: int, microbatches: int | None, held: Fraction,
-           rotary: LayerActivations = LayerActivations(()), v: int = 1) -> StageActivations:
-    """One stage's activations from its parts: the one place they are put together."""
+           rotary: LayerActivations = LayerActivations(()), v: int = 1,
+           layers: int | None = None) -> StageActivations:
+    """One stage's activations from its parts: the one place they are put together. ``layers``:
+    the layers on this stage's device (default L/pp)."""
     embedding_held = pp if microbatches is None else min(pp, microbatches)
-    return StageActivations(per_layer=per_layer, layers_on_stage=model.layers // pp, held=held,
+    on_stage = model.layers // pp if layers is None else layers
+    return StageActivations(per_layer=per_layer, layers_on_stage=on_stage, held=held,
                             embedding=embedding, embedding_held=embedding_held, output=output,
                             rotary=rotary, chunks=v)
 

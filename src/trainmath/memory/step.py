@@ -105,7 +105,8 @@ def activations(*, shape: ModelShape, layout: Layout, training: Training, batch:
     stage_acts = {
         i: _stage(shape, layer, embedding=embedding if i == 0 else None,
                   output=output if i == pp - 1 else None, pp=pp, microbatches=m,
-                  held=_in_flight(pp, v, m, i), rotary=rotary, v=v)
+                  held=_in_flight(pp, v, m, i), rotary=rotary, v=v,
+                  layers=layout.device_layers(shape.layers)[i])
         for i in (range(pp) if stages is None else stages)
     }
     return layer, stage_acts
@@ -196,7 +197,8 @@ def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch
     root_first = [Fraction(V * h, tp)] + ([Fraction(shape.positions * h)] if shape.positions else [])
     norms = 2 if shape.norm == "layernorm" else 1
     root_last = [Fraction(h)] * norms + ([Fraction(V * h, tp)] if not shape.tied_embeddings or pp > 1 else [])
-    tensors = (d.params and (len(layer_tensors) * (shape.layers // pp)
+    on_stage = lay.device_layers(shape.layers)[d.stage]
+    tensors = (d.params and (len(layer_tensors) * on_stage
                              + (len(root_first) if first else 0) + (len(root_last) if last else 0)))
     counters = Bytes(STEP_BYTES.get(t.optimizer, 0) * tensors)
     largest = max(layer_tensors + (root_first if first else []) + (root_last if last else []))
@@ -228,13 +230,13 @@ def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch
     fp8_cache = zero
     if r.fp8_gemms and d.params:
         matrices = sum(x for x, s in zip(layer_tensors, shapes.layer) if len(s) > 1)
-        fp8_cache = Bytes(FP8_WEIGHT_CACHE_BYTES * matrices * (shape.layers // pp))
+        fp8_cache = Bytes(FP8_WEIGHT_CACHE_BYTES * matrices * on_stage)
     return StepInputs(weights=d.weights, master_weights=d.master_weights,
                       optimizer_states=d.optimizer_states, step_counters=counters,
                       persistent_gradients=persistent, backward_gradients=backward,
                       step_gradients=step, activations=A, layer_activations=layer_A,
                       output_activations=out_A, logits=logits, logits16=logits16,
-                      tied_gradients=tied, temporaries=temps, layers=shape.layers // pp,
+                      tied_gradients=tied, temporaries=temps, layers=on_stage,
                       gathered=gathered, fp8_weight_cache=fp8_cache)
 
 
@@ -242,7 +244,8 @@ def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bo
               fsdp2: bool) -> GatheredUnits:
     """ZeRO-3's unsharded units on one device: FSDP2's exact padded units (one per decoder
     layer and the root, which FSDP2 holds from the forward to the end of the backward), or for
-    other ZeRO-3 engines a decoder layer and the LM head, even splits."""
+    other ZeRO-3 engines a decoder layer and the LM head, even splits. FSDP2 under a pipeline
+    keeps the stage's layers gathered through the step (:attr:`GatheredUnits.resident`)."""
     lay, t = layout, training
     r = recipe(t.recipe)
     n, tp = lay.zero_group, lay.tp
@@ -270,7 +273,8 @@ def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bo
     grads = Bytes(r.gradients * (dense / n + experts / lay.expert_zero_group))
     return GatheredUnits(layer=layer, layer_grads=layer, layer_reduce=layer * Fraction(reduce, c),
                          layer_sharded_grads=grads, root=head, root_head_grads=head,
-                         root_grads=head, root_reduce=head * Fraction(reduce, c))
+                         root_grads=head, root_reduce=head * Fraction(reduce, c),
+                         resident=r.name == "fsdp2" and lay.pp > 1)
 
 
 def _root_params(shape: ModelShape) -> int:

@@ -10,7 +10,10 @@ and p for pp.
 - **tensor parallel** (``tp``, Shoeybi et al. 2019, *Megatron-LM*, §3): each layer's weight
   matrices are split tp ways, so heads, key-value heads and the MLP width must divide by tp.
 - **pipeline parallel** (``pp``, Narayanan et al. 2021, §2.2): the layers split into pp stages,
-  with v chunks each when interleaved (§2.2.2).
+  with v chunks each when interleaved (§2.2.2); evenly when they divide, else as
+  :func:`stage_split` trims them, or as an explicit per-chunk list (``stages``: Meta's Llama 3
+  405B runs 126 layers over 16 stages with one fewer on the first and the last, Dubey et al.
+  2024 §3.3.2; torchtitan and Megatron-Core take such lists).
 - **context parallel** (``cp``, Megatron-Core; Liu et al. 2023, *Ring Attention*): every
   activation split along the sequence, in 2·cp chunks to balance causal attention.
 - **data parallel** (``dp``), with ZeRO over the **dp · cp** ranks that hold the same weights
@@ -74,6 +77,9 @@ class Layout:
     #: expert-parallel size: a mixture of experts' routed experts split over ep of the dp
     #: data-parallel ranks (it adds no GPUs), which ep must divide
     ep: int = 1
+    #: layers of each model chunk in schedule order, pp·v entries (chunk c on pipeline device
+    #: c mod pp); empty: :func:`stage_split`'s default
+    stages: tuple = ()
 
     def __post_init__(self) -> None:
         for name, what in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
@@ -82,10 +88,24 @@ class Layout:
                            ("ep", "expert-parallel size")):
             object.__setattr__(self, name, positive_int(f"{name} ({what})", getattr(self, name)))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
+        stages = tuple(self.stages)
+        object.__setattr__(self, "stages", tuple(_layer_count(n) for n in stages))
+        if stages and len(stages) != self.pp * self.v:
+            raise ValueError(f"stages lists {len(stages)} chunks; accepted: pp × v = "
+                             f"{self.pp} × {self.v} = {self.pp * self.v} layer counts")
         if self.dp % self.ep:
             raise ValueError(f"ep (expert-parallel size) {self.ep} does not divide dp "
                              f"{self.dp}: expert parallelism runs inside the data-parallel group "
                              f"(Megatron-Core); accepted: a divisor of {self.dp}")
+
+    def chunk_layers(self, layers: int) -> tuple[int, ...]:
+        """Layers of each of the pp·v model chunks: :attr:`stages`, or :func:`stage_split`'s."""
+        return self.stages or stage_split(layers, self.pp, self.v)
+
+    def device_layers(self, layers: int) -> tuple[int, ...]:
+        """Layers on one device of each pipeline stage: its v chunks together."""
+        chunks = self.chunk_layers(layers)
+        return tuple(sum(chunks[i::self.pp]) for i in range(self.pp))
 
     @property
     def gpus(self) -> int:
@@ -112,19 +132,77 @@ class Layout:
             text += f", {self.v} chunks per pipeline device"
         if self.ep > 1:
             text += f", experts split ep {self.ep} ways within dp"
+        if self.stages:
+            text += ", stages of " + describe_stages(self.stages) + " layers"
         return text
+
+
+def _layer_count(n: object) -> int:
+    """A chunk's layers: a whole number ≥ 0 (a chunk may hold only the embedding or the head)."""
+    if n == 0 and not isinstance(n, bool):
+        return 0
+    return positive_int("stage layers", n)
+
+
+def stage_split(layers: int, pp: int, v: int = 1) -> tuple[int, ...]:
+    """Layers of each of the pp·v model chunks: L/(pp·v) each when that is whole, else ⌈L/(pp·v)⌉
+    with one taken off the first chunk, then the last, then the second, the second-to-last …
+    until they add up: the first stage also holds the embedding and the last the LM head and
+    loss, which is why Meta trims those (Dubey et al. 2024, §3.3.2: Llama 3 405B, 126 layers on
+    16 stages, 7, 8 × 14, 7; with one layer a chunk, v = 8, the first chunk holds only the
+    embedding and the last only the LM head, as the paper says).
+
+    >>> stage_split(126, 16)
+    (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
+    """
+    n = pp * v
+    base = -(-layers // n)
+    split = [base] * n
+    order = [i for pair in zip(range(n), range(n - 1, -1, -1)) for i in pair]
+    for i in order[: base * n - layers]:
+        split[i] -= 1
+    return tuple(split)
+
+
+def describe_stages(stages: tuple[int, ...]) -> str:
+    """``"7, 8 × 14, 7"``: a per-chunk list with runs written as repeats."""
+    parts: list[str] = []
+    i = 0
+    while i < len(stages):
+        j = i
+        while j < len(stages) and stages[j] == stages[i]:
+            j += 1
+        parts.append(f"{stages[i]} × {j - i}" if j - i > 2 else ", ".join([str(stages[i])] * (j - i)))
+        i = j
+    return ", ".join(parts)
+
+
+def parse_stages(text: str) -> tuple[int, ...]:
+    """``"7/8*14/7"`` (or commas for slashes) as a per-chunk list of layers; ``N*K`` repeats N
+    K times. A ValueError names the part that is not a layer count."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.replace(",", "/").split("/")):
+        count, star, times = part.partition("*")
+        try:
+            n, k = int(count), (int(times) if star else 1)
+        except ValueError:
+            raise ValueError(f"stage layers {part!r} is not a whole number or N*K; accepted: "
+                             "e.g. 7/8*14/7 (7, then 8 fourteen times, then 7)") from None
+        out += [_layer_count(n)] * positive_int("stage repeat", k)
+    return tuple(out)
 
 
 def layout(
     dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1,
-    sequence_parallel: bool = False, ep: int = 1,
+    sequence_parallel: bool = False, ep: int = 1, stages: tuple[int, ...] = (),
 ) -> Layout:
     """A :class:`Layout` with every degree checked to be a positive whole number.
 
     >>> layout(dp=16, tp=8, pp=4).gpus
     512
     """
-    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep)
+    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
+                  stages=stages)
 
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
@@ -157,16 +235,30 @@ def tensor_split_problems(model: ModelShape, tp: int) -> list[Problem]:
                                 ("ffn", model.ffn)) if value % tp]
 
 
-def pipeline_split_problems(model: ModelShape, pp: int, v: int = 1) -> list[Problem]:
-    """The layers must divide by pp, and by pp·v when interleaved, which needs pp ≥ 2
-    (Narayanan et al. 2021, §2.2.2)."""
+def pipeline_split_problems(model: ModelShape, pp: int, v: int = 1,
+                            stages: tuple[int, ...] = ()) -> list[Problem]:
+    """Every pipeline device needs a layer: L ≥ pp; interleaved, every chunk holds a layer,
+    except that the first may hold only the embedding and the last only the LM head (Dubey et
+    al. 2024 §3.3.2), so pp·v ≤ L + 2; an explicit split must add up to L; and interleaving
+    needs pp ≥ 2 (Narayanan et al. 2021, §2.2.2). Layers that do not divide by pp·v are split
+    by :func:`stage_split`, not refused."""
     problems = []
-    if model.layers % pp:
-        problems.append(Problem(("layers", "pp"),
-                                f"layers {model.layers} is not divisible by pp {pp}"))
-    elif v > 1 and model.layers % (pp * v):
-        problems.append(Problem(("layers", "pp", "v"), f"layers {model.layers} is not divisible "
-                                f"by pp × v = {pp} × {v} = {pp * v}"))
+    if stages and sum(stages) != model.layers:
+        problems.append(Problem(("stages", "layers"), f"stages {describe_stages(stages)} add up "
+                                f"to {sum(stages)} layers; accepted: {model.layers}, the layers "
+                                f"of {model.name}"))
+    elif stages and not all(sum(stages[i::pp]) for i in range(pp)):
+        problems.append(Problem(("stages", "pp"), f"stages {describe_stages(stages)} leave a "
+                                "pipeline device without a layer; accepted: at least one layer "
+                                "on each of the pp devices"))
+    elif not stages and model.layers < pp:
+        problems.append(Problem(("layers", "pp"), f"layers {model.layers} cannot fill pp {pp} "
+                                f"stages; accepted: pp at most {model.layers}"))
+    elif not stages and v > 1 and pp * v > model.layers + 2:
+        problems.append(Problem(("layers", "pp", "v"), f"layers {model.layers} cannot fill pp × v "
+                                f"= {pp} × {v} = {pp * v} model chunks; accepted: pp × v at most "
+                                f"{model.layers + 2} (a chunk for each layer, and one each for "
+                                "the embedding and the LM head)"))
     if v > 1 and pp < 2:
         problems.append(Problem(("v", "pp"), f"interleaving (v = {v}) needs pp ≥ 2, got pp {pp}"))
     return problems
@@ -235,7 +327,7 @@ def layout_problems(
     :func:`expert_problems`, :func:`pipeline_split_problems`, GPUs = dp·tp·pp·cp,
     :func:`batch_problems`, :func:`sequence_problems`."""
     problems = [*tensor_split_problems(model, lay.tp), *expert_problems(model, lay),
-                *pipeline_split_problems(model, lay.pp, lay.v)]
+                *pipeline_split_problems(model, lay.pp, lay.v, lay.stages)]
     if gpus is not None:
         problems += gpus_problems(gpus, lay)
     if global_batch is not None or micro_batch is not None:

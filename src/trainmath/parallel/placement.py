@@ -1,7 +1,8 @@
 """Which parameters one device of each pipeline stage holds, after the tensor-parallel split.
 
 Per layer, the norms and the row-parallel biases are replicated and everything else is divided
-by tp (Shoeybi et al. 2019, §3); stages hold L/pp layers, the first also the embedding, the last
+by tp (Shoeybi et al. 2019, §3); stages hold L/pp layers (or the layout's split,
+:meth:`~trainmath.parallel.layout.Layout.device_layers`), the first also the embedding, the last
 the final norm and LM head (Narayanan et al. 2021, §2.2); a mixture's routed experts are split
 ep·tp ways. Counts, not bytes: :mod:`trainmath.memory.stages` turns them into memory and
 :mod:`trainmath.time.communication` into traffic.
@@ -64,7 +65,7 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     (Shoeybi et al. 2019, §3). Stages hold L/pp layers each, the first also the embedding, the
     last the final norm and LM head (Narayanan et al. 2021, §2.2).
     """
-    check([*pipeline_split_problems(model, lay.pp), *tensor_split_problems(model, lay.tp),
+    check([*pipeline_split_problems(model, lay.pp, lay.v, lay.stages), *tensor_split_problems(model, lay.tp),
            *expert_problems(model, lay)])
     return _stage_params(model, lay)
 
@@ -82,12 +83,13 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     split = parts.per_layer - replicated - routed
     if split % tp:  # cannot happen once heads, kv_heads and ffn divide by tp; guard the algebra
         raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {tp}")
-    per_stage = model.layers // pp
+    on_device = lay.device_layers(model.layers)
     word_rows = _ceil_div(model.vocab, tp) * h  # vocabulary-parallel rows on this rank
     positions = model.positions * h  # replicated
     assert parts.embedding == model.vocab * h + positions  # the breakdown's definition
     stages = []
     for i in range(pp):
+        per_stage = on_device[i]
         first, last = i == 0, i == pp - 1
         embedding = word_rows + positions if first else 0
         if last:

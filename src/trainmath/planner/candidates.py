@@ -10,7 +10,9 @@ from ..memory.recipes import peak_precision, recipe
 from ..memory.training import Training
 from ..model.shape import ModelShape
 from ..parallel.layout import Layout
-from ..time.step import Overlap, RingLatency, StepTime
+from ..time.network import Fabric
+from ..time.calibration import sustained as calibrated
+from ..time.step import Overlap, StepTime, attention_kernel
 from ..units import Bytes
 
 
@@ -71,10 +73,13 @@ class Plan:
     global_batch: int
     training: Training
     memory: Bytes
-    achievable: float
-    nvlink: float
-    network: float
+    #: the links timed: GPUs per node, NVLink and network bytes/s per GPU
+    fabric: Fabric
     overlap: Overlap
+    #: the flash kernel asked for (None: the implementation's own on this GPU)
+    kernel: str | None
+    #: the GEMMs' sustained share asked for (None: the calibrated one)
+    sustained: float | None
     #: the fastest fitting setting of each grid, fastest first (rank 1 first)
     ranking: tuple[Candidate, ...]
     #: every candidate, in the order considered
@@ -82,14 +87,24 @@ class Plan:
     #: the layout given with ``layout=``, scored and placed in the ranking (None if not given)
     user: Candidate | None = None
     assumed: tuple[str, ...] = field(default=())
-    #: the collectives' latency charged (None: bandwidth only)
-    latency: RingLatency | None = None
+    #: what is accepted but worth saying (a sequence past a rotary model's trained positions)
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def precision(self) -> str:
         """The tensor-core precision the step is timed at and MFU is measured against: the
         recipe's (:func:`trainmath.memory.recipes.peak_precision`)."""
         return peak_precision(recipe(self.training.recipe))
+
+    @property
+    def share(self) -> float:
+        """The sustained share of the benchmarks' tensor-core rates the times use."""
+        return calibrated(self.gpu) if self.sustained is None else self.sustained
+
+    @property
+    def kernel_used(self) -> str:
+        """The attention kernel the times use."""
+        return attention_kernel(self.training.implementation, self.gpu, self.kernel)
 
     @property
     def best(self) -> Candidate:

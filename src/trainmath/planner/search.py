@@ -6,7 +6,8 @@ a sequence length and a global batch, :func:`plan` enumerates the layouts dp × 
 *settings*: ZeRO stage (or FSDP, the ``fsdp2`` recipe), recomputation, micro-batch size b and
 interleaving v. A grid that breaks a rule of :func:`trainmath.parallel.layout.layout_problems`
 or of the run (:mod:`trainmath.runs.rules`) is dropped with that rule's words. The valid ones
-are ranked by :func:`trainmath.time.step.step_time` and kept if their step peak
+are ranked by :func:`trainmath.time.step.step_time` (GEMMs, attention, memory-bound work,
+exposed communication by mechanism, the pipeline's schedule) and kept if their step peak
 (``estimate(run).peak``, :mod:`trainmath.memory.peak`) fits the GPU's usable memory.
 
 Within a grid the settings are timed first (arithmetic only), then checked for memory in order
@@ -24,8 +25,8 @@ FlashAttention never stores). Sequence parallelism is on whenever tp > 1 (Korthi
 
 >>> p = plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64)
 >>> best = p.best
->>> best.layout.describe(), best.zero_stage, best.fits
-('dp 8 × tp 1 × pp 1 × cp 1 = 8 GPUs', 3, True)
+>>> best.layout.describe(), best.fits
+('dp 8 × tp 1 × pp 1 × cp 1 = 8 GPUs', True)
 """
 
 from __future__ import annotations
@@ -35,19 +36,22 @@ from functools import lru_cache
 
 from ..hardware import gpu as accelerator, interconnect
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
-from ..memory.kernels import context_parallel_problems
+from ..memory.kernels import RECOMPUTE_KINDS, context_parallel_problems, kernel_problems
 from ..memory.training import Training
 from ..model.presets import preset
 from ..model.shape import ModelShape
 from ..parallel.layout import (Batch, Layout, batch_problems, expert_problems,
-                               pipeline_split_problems, sequence_problems, tensor_split_problems)
+                               parse_stages, pipeline_split_problems, sequence_problems,
+                               tensor_split_problems)
 from ..problems import Problem, check, describe
 from ..runs.description import Gpu, Run
 from ..runs.estimates import _peak
-from ..runs.rules import MODEL_SHAPE, fsdp2_problems, positions_problems
+from ..runs.rules import MODEL_SHAPE, fsdp2_problems, positions_problems, positions_warning
 from ..time.flops import flops_per_token
-from ..time.step import ACHIEVABLE, Overlap, RingLatency, step_time
-from ..units import Bytes, positive_int
+from ..time.network import Fabric
+from ..time.step import Overlap, step_time
+from ..time.attention import FLASH_KERNELS
+from ..units import Bytes, choice, positive_int
 from .candidates import Candidate, Plan
 
 
@@ -70,10 +74,23 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _grids(n: int) -> list[tuple[int, int, int, int]]:
-    """Every (dp, tp, pp, cp) with dp · tp · pp · cp = n (an ep degree divides n first)."""
-    return [(n // (tp * cp * pp), tp, pp, cp) for tp in _divisors(n) for cp in _divisors(n // tp)
-            for pp in _divisors(n // (tp * cp))]
+def _grids(n: int, *, tp_max: int | None = None, tp_cp_max: int | None = None,
+           pp_max: int | None = None) -> list[tuple[int, int, int, int]]:
+    """Every (dp, tp, pp, cp) with dp · tp · pp · cp = n, within the bounds the search keeps:
+    tp ≤ ``tp_max``, tp · cp ≤ ``tp_cp_max`` (a node, unless across nodes is allowed) and
+    pp ≤ ``pp_max`` (the layers). The bounds only skip grids that their rules would drop."""
+    out = []
+    for tp in _divisors(n):
+        if tp_max is not None and tp > tp_max:
+            continue
+        for cp in _divisors(n // tp):
+            if tp_cp_max is not None and tp * cp > tp_cp_max:
+                continue
+            for pp in _divisors(n // (tp * cp)):
+                if pp_max is not None and pp > pp_max:
+                    continue
+                out.append((n // (tp * cp * pp), tp, pp, cp))
+    return out
 
 
 # -- the search ----------------------------------------------------------------------------------
@@ -93,14 +110,17 @@ class Search:
     global_batch: int
     training: Training
     device: Gpu
-    achievable: float
-    nvlink: float
-    network: float
+    fabric: Fabric
     overlap: Overlap
+    kernel: str | None
+    sustained: float | None
     tp_across_nodes: bool
     cp_across_nodes: bool
     max_interleave: int
-    latency: RingLatency | None
+    #: the ZeRO stages and recomputations the search may choose (None: every one the recipe and
+    #: kernels allow)
+    zero_stages: tuple[int, ...] | None = None
+    recomputes: tuple[str, ...] | None = None
 
     @property
     def peak(self) -> float:
@@ -111,9 +131,9 @@ class Search:
         """:func:`trainmath.time.step.step_time` of one layout and setting."""
         return step_time(self.model, lay, seq_len=self.seq_len, global_batch=self.global_batch,
                          micro_batch=micro_batch, zero_stage=zero_stage, recompute=recompute,
-                         recipe=self.training.recipe, gpu=self.gpu, node_gpus=self.node_gpus,
-                         achievable=self.achievable, nvlink=self.nvlink, network=self.network,
-                         overlap=self.overlap, latency=self.latency)
+                         recipe=self.training.recipe, implementation=self.training.implementation,
+                         fabric=self.fabric, overlap=self.overlap, kernel=self.kernel,
+                         sustained=self.sustained)
 
 
 def _span_problems(s: Search, lay: Layout) -> list[Problem]:
@@ -132,10 +152,12 @@ def _grid_problems(s: Search, lay: Layout) -> list[Problem]:
     """Every rule one grid breaks: the layout's and the run's own rules, and the search's."""
     model, t = s.model, s.training
     return [*tensor_split_problems(model, lay.tp), *expert_problems(model, lay),
-            *pipeline_split_problems(model, lay.pp, lay.v),
+            *pipeline_split_problems(model, lay.pp, lay.v, lay.stages),
             *batch_problems(s.global_batch, lay.dp, 1), *sequence_problems(s.seq_len, lay),
             *context_parallel_problems(lay.cp, t.attention), *_span_problems(s, lay),
-            *fsdp2_problems(t.recipe, lay)]
+            *fsdp2_problems(t.recipe, lay),
+            *kernel_problems(model, t.implementation, tp=lay.tp, cp=lay.cp,
+                             sequence_parallel=lay.sequence_parallel)]
 
 
 def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], list[tuple[tuple, str]]]:
@@ -144,9 +166,16 @@ def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], 
     stages = _recipe(s.training.recipe).stages
     flash = s.training.attention == "flash"
     per_replica = s.global_batch // dp
-    vs = [1] if pp == 1 else [v for v in _divisors(s.model.layers // pp) if v <= s.max_interleave]
+    vs = [1] if pp == 1 else [v for v in range(1, s.max_interleave + 1) if pp * v <= s.model.layers]
+    if s.zero_stages is not None:
+        stages = tuple(z for z in stages if z in s.zero_stages)
     zeros = [z for z in stages if pp == 1 or z <= 1]
     recomputes = ["none", "full"] if flash else ["none", "selective", "full"]
+    if s.recomputes is not None:
+        recomputes = [rc for rc in recomputes if rc in s.recomputes] or list(s.recomputes)
+    refused = [rc for rc in recomputes
+               if kernel_problems(s.model, s.training.implementation, recompute=rc)]
+    recomputes = [rc for rc in recomputes if rc not in refused]
     keep, pruned = [], []
     for v in vs:
         for z in (stages if pp == 1 else sorted(set(stages))):
@@ -161,12 +190,15 @@ def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], 
     if flash:
         pruned.append(((None, None, "selective", None), "selective recomputation saves nothing "
                                                        "with flash attention"))
+    for rc in refused:
+        pruned.append(((None, None, rc, None), describe(kernel_problems(
+            s.model, s.training.implementation, recompute=rc))))
     return keep, pruned
 
 
 def _parse_layout(text: str) -> dict[str, int]:
     """``"dp=16,tp=8,pp=4"`` (also v, zero, recompute, b) as a dict of the given keys."""
-    allowed = ("dp", "tp", "pp", "cp", "ep", "v", "zero", "b", "recompute")
+    allowed = ("dp", "tp", "pp", "cp", "ep", "v", "zero", "b", "recompute", "stages")
     out: dict = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = part.partition("=")
@@ -176,6 +208,8 @@ def _parse_layout(text: str) -> dict[str, int]:
                              f"{', '.join(allowed)}; e.g. dp=16,tp=8,pp=4")
         if key == "recompute":
             out[key] = value.strip()
+        elif key == "stages":
+            out[key] = parse_stages(value)
         else:
             try:
                 out[key] = positive_int(key, int(value)) if key != "zero" else int(value)
@@ -196,37 +230,44 @@ def plan(
     implementation: str | None = None,
     optimizer: str = "adamw",
     gpu_memory: Bytes | None = None,
-    achievable: float = ACHIEVABLE,
     nvlink: float | None = None,
     network: float | None = None,
     overlap: Overlap = Overlap(),
+    kernel: str | None = None,
+    sustained: float | None = None,
     tp_across_nodes: bool = False,
     cp_across_nodes: bool = False,
     max_interleave: int = 8,
     layout: str | dict | None = None,
-    latency: RingLatency | None = None,
+    zero_stages: tuple[int, ...] | None = None,
+    recomputes: tuple[str, ...] | None = None,
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
     ``node_gpus``, ``nvlink`` and ``network`` (bytes/s per GPU, each way) default to
-    :data:`~trainmath.hardware.INTERCONNECTS`; ``achievable`` to :data:`~trainmath.time.step.ACHIEVABLE`; ``recipe`` and
-    ``implementation`` to what the model is commonly trained with (:class:`~trainmath.runs.description.Run`).
-    tp and tp × cp stay within a node unless ``tp_across_nodes`` / ``cp_across_nodes``.
-    ``layout`` ("dp=16,tp=8,pp=4", optionally with v, zero, recompute, b) is scored and placed in
-    the ranking as :attr:`~trainmath.planner.candidates.Plan.user`. ``latency`` (e.g. :data:`~trainmath.time.step.NCCL_RING`) adds each
-    collective's latency to the traffic's time; None (the default) charges bandwidth only.
-    A ValueError says what would work when nothing does.
+    :data:`~trainmath.hardware.INTERCONNECTS`; ``recipe`` and ``implementation`` to what the
+    model is commonly trained with (:class:`~trainmath.runs.description.Run`). The step-time
+    model's settings, ``overlap`` (:class:`~trainmath.time.step.Overlap`), ``kernel`` (the flash
+    kernel) and ``sustained`` (the share of the benchmarks' tensor-core rates), default to the
+    implementation's kernel and :func:`trainmath.time.calibration.sustained`. tp and tp × cp stay
+    within a node unless ``tp_across_nodes`` / ``cp_across_nodes``. ``zero_stages`` and
+    ``recomputes`` restrict the settings searched. ``layout`` ("dp=16,tp=8,pp=4", optionally
+    with v, zero, recompute, b and stages=7/8*14/7) is scored and placed in the ranking as
+    :attr:`~trainmath.planner.candidates.Plan.user`. A ValueError says what would work when
+    nothing does.
 
     A plan is immutable and depends only on these arguments: it is memoised on them (the
     published-run checks of the tests and of the how-to page share one computation).
     """
     asked = dict(model=model, gpu=gpu, gpus=gpus, seq_len=seq_len, global_batch=global_batch,
                  node_gpus=node_gpus, recipe=recipe, implementation=implementation,
-                 optimizer=optimizer, gpu_memory=gpu_memory, achievable=achievable, nvlink=nvlink,
-                 network=network, overlap=overlap, tp_across_nodes=tp_across_nodes,
-                 cp_across_nodes=cp_across_nodes, max_interleave=max_interleave,
+                 optimizer=optimizer, gpu_memory=gpu_memory, nvlink=nvlink,
+                 network=network, overlap=overlap, kernel=kernel, sustained=sustained,
+                 tp_across_nodes=tp_across_nodes, cp_across_nodes=cp_across_nodes,
+                 max_interleave=max_interleave,
                  layout=tuple(layout.items()) if isinstance(layout, dict) else layout,
-                 latency=latency)
+                 zero_stages=None if zero_stages is None else tuple(zero_stages),
+                 recomputes=None if recomputes is None else tuple(recomputes))
     key = tuple(asked.items())
     try:
         hash(key)
@@ -241,8 +282,9 @@ def _memo(key: tuple) -> Plan:
 
 
 def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation,
-            optimizer, gpu_memory, achievable, nvlink, network, overlap, tp_across_nodes,
-            cp_across_nodes, max_interleave, latency) -> tuple[Search, tuple[str, ...]]:
+            optimizer, gpu_memory, nvlink, network, overlap, kernel, sustained, tp_across_nodes,
+            cp_across_nodes, max_interleave, zero_stages=None,
+            recomputes=None) -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -257,13 +299,14 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     node = net.node_gpus if node_gpus is None else positive_int("node_gpus", node_gpus)
     nvlink = net.nvlink if nvlink is None else _rate("nvlink", nvlink)
     network = net.network if network is None else _rate("network", network)
-    if isinstance(achievable, bool) or not isinstance(achievable, (int, float)) \
-            or not 0 < achievable <= 1:
-        raise ValueError(f"achievable must be a fraction in (0, 1], got {achievable!r}")
     if not isinstance(overlap, Overlap):
         raise ValueError(f"overlap must be an Overlap, got {overlap!r}")
-    if latency is not None and not isinstance(latency, RingLatency):
-        raise ValueError(f"latency must be a RingLatency (e.g. NCCL_RING) or None, got {latency!r}")
+    if sustained is not None and (isinstance(sustained, bool)
+                                   or not isinstance(sustained, (int, float))
+                                   or not 0 < sustained <= 1.2):
+        raise ValueError(f"sustained must be a number in (0, 1.2], got {sustained!r}")
+    if kernel is not None:
+        choice("attention kernel", kernel, FLASH_KERNELS)
     max_v = positive_int("max_interleave", max_interleave)
     check(positions_problems(model, s))
     device = Gpu(gpu_memory, key)
@@ -273,10 +316,13 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     t0 = probe.training
     r = _recipe(t0.recipe)
     check(peak_precision_problems(r) or accelerator(key).peak_problems(peak_precision(r)))
+    fabric = Fabric(key, node, float(nvlink), float(network))
     return Search(model=model, gpu=key, gpus=n, node_gpus=node, seq_len=s, global_batch=B,
-                  training=t0, device=device, achievable=float(achievable), nvlink=float(nvlink),
-                  network=float(network), overlap=overlap, tp_across_nodes=tp_across_nodes,
-                  cp_across_nodes=cp_across_nodes, max_interleave=max_v, latency=latency), probe.assumed
+                  training=t0, device=device, fabric=fabric, overlap=overlap, kernel=kernel,
+                  sustained=None if sustained is None else float(sustained),
+                  tp_across_nodes=tp_across_nodes, cp_across_nodes=cp_across_nodes,
+                  max_interleave=max_v, zero_stages=_stages_asked(zero_stages, t0.recipe),
+                  recomputes=_recomputes_asked(recomputes)), probe.assumed
 
 
 def _plan(*, layout, **asked) -> Plan:
@@ -286,7 +332,9 @@ def _plan(*, layout, **asked) -> Plan:
                                           else dict(layout))
     candidates: list[Candidate] = []
     winners: list[Candidate] = []
-    grids = [(g, ep) for g in _grids(s.gpus) for ep in ep_candidates(s.model, g[0])]
+    bounds = dict(tp_max=None if s.tp_across_nodes else s.node_gpus,
+                  tp_cp_max=None if s.cp_across_nodes else s.node_gpus, pp_max=s.model.layers)
+    grids = [(g, ep) for g in _grids(s.gpus, **bounds) for ep in ep_candidates(s.model, g[0])]
     for (dp, tp, pp, cp), ep in grids:
         lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, sequence_parallel=tp > 1, ep=ep)
         problems = _grid_problems(s, lay)
@@ -305,9 +353,28 @@ def _plan(*, layout, **asked) -> Plan:
         raise ValueError(_nothing_fits(s, candidates))
     return Plan(model=s.model, gpu=s.gpu, gpus=s.gpus, node_gpus=s.node_gpus, seq_len=s.seq_len,
                 global_batch=s.global_batch, training=s.training, memory=s.device.memory,
-                achievable=s.achievable, nvlink=s.nvlink, network=s.network, overlap=s.overlap,
+                fabric=s.fabric, overlap=s.overlap, kernel=s.kernel, sustained=s.sustained,
                 ranking=ranking, candidates=tuple(candidates), user=user, assumed=assumed,
-                latency=s.latency)
+                warnings=tuple(w for w in [positions_warning(s.model, s.seq_len)] if w))
+
+
+def _stages_asked(zero_stages, recipe_name: str) -> tuple[int, ...] | None:
+    """The ZeRO stages asked for, each one the recipe offers."""
+    if zero_stages is None:
+        return None
+    offered = _recipe(recipe_name).stages
+    for z in zero_stages:
+        if z not in offered:
+            raise ValueError(f"zero {z!r} is not a stage recipe {recipe_name!r} offers; accepted: "
+                             + ", ".join(map(str, offered)))
+    return tuple(zero_stages)
+
+
+def _recomputes_asked(recomputes) -> tuple[str, ...] | None:
+    """The recomputations asked for, each one of the library's kinds."""
+    if recomputes is None:
+        return None
+    return tuple(choice("recompute", rc, RECOMPUTE_KINDS) for rc in recomputes)
 
 
 def _rate(name: str, value: float) -> float:
@@ -396,22 +463,24 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
     dp, tp = wanted.get("dp", 1), wanted.get("tp", 1)
     pp, cp = wanted.get("pp", 1), wanted.get("cp", 1)
     lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=wanted.get("v", 1), sequence_parallel=tp > 1,
-                 ep=wanted.get("ep", 1))
+                 ep=wanted.get("ep", 1), stages=wanted.get("stages", ()))
     if lay.gpus != s.gpus:
         raise ValueError(f"layout {lay.describe()} does not use the {s.gpus} GPUs planned for; "
                          f"accepted: dp × tp × pp × cp = {s.gpus}")
-    problems = _grid_problems(s, replace(lay, v=1))
+    problems = _grid_problems(s, lay if lay.stages else replace(lay, v=1))
     if "b" in wanted:
         problems += batch_problems(s.global_batch, dp, wanted["b"])
     if problems:
         raise ValueError(f"layout {lay.describe()} cannot run {s.model.name}: " + describe(problems))
-    given = [k for k in ("v", "zero", "recompute", "b") if k in wanted]
+    given = [k for k in ("v", "zero", "recompute", "b", "stages") if k in wanted]
     if not given:
         for c in ranking:
             if c.grid == (dp, tp, pp, cp) and ("ep" not in wanted or c.layout.ep == lay.ep):
                 return replace(c, reason=f"your layout: rank {c.rank} of {len(ranking)}")
     zs = [wanted["zero"]] if "zero" in wanted else list(_recipe(s.training.recipe).stages)
-    rcs = [wanted["recompute"]] if "recompute" in wanted else ["none", "selective", "full"]
+    rcs = [wanted["recompute"]] if "recompute" in wanted else [
+        rc for rc in ("none", "selective", "full")
+        if not kernel_problems(s.model, s.training.implementation, recompute=rc)]
     bs = [wanted["b"]] if "b" in wanted else [1]
     vs = [lay.v] if "v" in wanted else [1]
     memory = s.device.memory
@@ -420,7 +489,7 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
         for z in zs:
             for rc in rcs:
                 for b in bs:
-                    lv = replace(lay, v=v)
+                    lv = replace(lay, v=v) if not lay.stages else lay
                     t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
                     peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
                     if best is None or (peak <= memory, -t.total) > best[0]:

@@ -13,6 +13,7 @@ from dataclasses import fields
 from ..model.shape import param_breakdown
 from ..planner.candidates import Candidate, Plan
 from ..runs.estimates import Estimate
+from ..time.calibration import accuracy
 from ..units import Bytes
 
 
@@ -52,12 +53,14 @@ def estimate_dict(e: Estimate) -> dict:
         "overhead": _whole(e.overhead),
         "needed": _whole(top.total) + _whole(e.overhead),
         "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node)},
+        "step": None if e.step is None else _step_dict(e.step),
         "time": None if time is None else {
             "flops_per_token": time.flops_per_token, "counted": time.counted,
             "total_flops": time.total_flops, "peak_flops_per_gpu": time.peak.flops,
             "peak": time.peak.describe(), "seconds": time.seconds,
             "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
-            "tokens_per_second": time.tokens_per_second},
+            "tokens_per_second": time.tokens_per_second, "mfu": time.mfu,
+            "mfu_from": time.mfu_from},
         "finetune": _finetune_dict(e),
         "inputs": {
             "model": None if shape is None else shape.name,
@@ -79,13 +82,40 @@ def estimate_dict(e: Estimate) -> dict:
             "overhead": _whole(r.overhead),
             "gpus_per_node": r.gpus_per_node,
             "tokens": None if r.budget is None else r.budget.tokens,
-            "mfu": None if r.budget is None else float(r.budget.mfu),
+            "mfu": None if r.budget is None or r.budget.mfu is None else float(r.budget.mfu),
+            "timing": _timing_dict(r.timing),
+            "stages": list(lay.stages) or None,
+            "warnings": list(r.warnings),
             "adapter": None if r.adapter is None else {
                 "method": r.adapter.method, "rank": r.adapter.rank,
                 "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
                 "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
         },
     }
+
+
+def time_dict(t) -> dict:
+    """A :class:`~trainmath.time.step.StepTime` as JSON: seconds by part, and per stage."""
+    return {"total": t.total, **{k.replace(" ", "_").replace("-", "_"): v
+                                 for k, v in t.parts().items()},
+            "recompute": t.recompute, "microbatches": t.microbatches,
+            "stage_seconds_per_microbatch": list(t.stages), "limit": t.limit}
+
+
+def _timing_dict(t) -> dict:
+    o = t.overlap
+    return {"overlap": {"gradients": o.gradients, "parameters": o.parameters, "tensor": o.tensor},
+            "kernel": t.kernel, "sustained": t.sustained, "gpus_per_node": t.node_gpus,
+            "nvlink_bytes_per_s": t.nvlink, "network_bytes_per_s": t.network}
+
+
+def _step_dict(p) -> dict:
+    f = p.fabric
+    return {"seconds": time_dict(p.time), "tokens_per_second": p.tokens_per_second,
+            "mfu": p.mfu, "peak": p.peak.describe(), "sustained": p.sustained,
+            "attention_kernel": p.kernel, "overlap": p.timing.overlap.describe(),
+            "gpus_per_node": f.node_gpus, "nvlink_bytes_per_s": f.nvlink,
+            "network_bytes_per_s": f.network, "model_accuracy": accuracy()}
 
 
 def _finetune_dict(e: Estimate) -> dict | None:
@@ -111,10 +141,9 @@ def candidate_dict(c: Candidate) -> dict:
         "recompute": c.recompute, "micro_batch": c.micro_batch,
         "status": c.status, "reason": c.reason, "rank": c.rank,
         "peak_bytes": None if c.peak is None else math.ceil(c.peak.n),
+        "stages": list(lay.stages) or None,
         "step_seconds": None if t is None else t.total,
-        "time": None if t is None else {
-            "compute": t.compute, "recompute": t.recompute, "bubble": t.bubble,
-            "tp": t.tp, "cp": t.cp, "pp": t.pp, "dp": t.dp, "ep": t.ep},
+        "time": None if t is None else time_dict(t),
         "mfu": c.mfu, "tokens_per_second": c.tokens_per_second,
         "limit": None if t is None else t.limit,
     }
@@ -130,14 +159,13 @@ def plan_dict(p: Plan) -> dict:
             "implementation": p.training.implementation,
             "optimizer": p.training.optimizer,
             "usable_memory_bytes": math.ceil(p.memory.n),
-            "achievable": p.achievable, "nvlink_bytes_per_s": p.nvlink,
-            "network_bytes_per_s": p.network,
-            "overlap": {"dp": p.overlap.dp, "tp": p.overlap.tp,
-                        "pp": p.overlap.pp, "cp": p.overlap.cp},
-            "latency": None if p.latency is None else {
-                "base_s": p.latency.base, "nvlink_step_s": p.latency.nvlink,
-                "network_step_s": p.latency.network, "source": p.latency.source},
+            "sustained": p.share, "attention_kernel": p.kernel_used,
+            "nvlink_bytes_per_s": p.fabric.nvlink, "network_bytes_per_s": p.fabric.network,
+            "overlap": {"gradients": p.overlap.gradients, "parameters": p.overlap.parameters,
+                        "tensor": p.overlap.tensor, "described": p.overlap.describe()},
+            "warnings": list(p.warnings),
         },
+        "model_accuracy": accuracy(),
         "ranking": [candidate_dict(c) for c in p.ranking],
         "user_layout": None if p.user is None else candidate_dict(p.user),
         "candidates": [candidate_dict(c) for c in p.candidates],

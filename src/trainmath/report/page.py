@@ -194,12 +194,8 @@ def summarize_estimate(est: Estimate) -> str:
 
 
 def summarize_plan(p: Plan) -> str:
-    """One line of a plan: the fastest layout that fits.
-
-    >>> from trainmath.planner.search import plan
-    >>> summarize_plan(plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64))
-    'Fastest of 20 that fit (568 considered): dp 8 × tp 1 × pp 1 × cp 1, ZeRO-3, 6.39 s a step, MFU 60.0%'
-    """
+    """One line of a plan: the fastest layout that fits, its step time and MFU, in the words
+    ``"Fastest of N that fit (M considered): dp … × cp …, ZeRO-z, T s a step, MFU x%"``."""
     best = p.best
     lay = best.layout
     ep = f" (ep {lay.ep})" if lay.ep > 1 else ""

@@ -15,6 +15,7 @@ from ..model.moe import active_params
 from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
+from ..time.calibration import accuracy
 from .facts import assumed, fit
 
 
@@ -32,6 +33,7 @@ def render(est: Estimate) -> str:
     said = assumed(est)
     if said:
         lines.append(said)
+    lines.extend(f"note: {w}" for w in r.warnings)
     st = est.adapter_states
     if st is not None:
         base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
@@ -94,6 +96,7 @@ def render(est: Estimate) -> str:
     if verdict is not None:
         lines.append(f"fits in {verdict.where}: {verdict.verdict}")
     lines.extend(_host_lines(est))
+    lines.extend(_step_lines(est))
     lines.extend(_time_lines(est))
     lines.append("sources: model states, Rajbhandari et al. 2020 (ZeRO) §5.1–5.3 and the recipe's")
     lines.append("  framework; activations, Korthikanti et al. 2022 §4, tensor by tensor; the peak,")
@@ -146,6 +149,29 @@ def _host_lines(est: Estimate) -> list[str]:
     return lines
 
 
+def step_lines(st, indent: str = "  ") -> list[str]:
+    """A predicted step by part, seconds and share, the largest parts first."""
+    parts = sorted(((v, k) for k, v in st.parts().items() if v > 0), reverse=True)
+    return [f"{indent}{k:<14}{v:>10.3f} s  {v / st.total:>6.1%}" for v, k in parts]
+
+
+def _step_lines(est: Estimate) -> list[str]:
+    """The predicted step: its time by part, tokens per second and MFU, and what it assumed."""
+    p = est.step
+    if p is None:
+        return []
+    st, f = p.time, p.fabric
+    return [
+        f"step: {st.total:.3f} s predicted, {p.tokens_per_second:,.0f} tokens/s, MFU "
+        f"{p.mfu:.1%} of the {p.peak.describe()}",
+        *step_lines(st),
+        f"  assumed: tensor cores at {p.sustained:.0%} of their benchmarks' rates, {p.kernel} "
+        f"attention; {p.timing.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "
+        f"{f.network / 1e9:g} GB/s per GPU each way, {f.node_gpus} GPUs a node",
+        f"  the step-time model: {accuracy()}",
+    ]
+
+
 def _time_lines(est: Estimate) -> list[str]:
     """FLOPs per token, time to train and GPU-hours, with the peak they assume."""
     time = est.time
@@ -153,8 +179,8 @@ def _time_lines(est: Estimate) -> list[str]:
         return []
     days = time.seconds / 86400
     return [
-        f"time: {time.tokens:,} tokens at MFU {time.mfu:.1%} of the {time.peak.describe()}, "
-        f"{time.gpus:,} GPU{'s' if time.gpus > 1 else ''}",
+        f"time: {time.tokens:,} tokens at MFU {time.mfu:.1%} ({time.mfu_from}) of the "
+        f"{time.peak.describe()}, {time.gpus:,} GPU{'s' if time.gpus > 1 else ''}",
         f"  FLOPs per token  {time.flops_per_token:.4g}: {time.counted}",
         f"  total FLOPs      {time.total_flops:.4g}",
         f"  throughput       {time.tokens_per_second:,.0f} tokens/s",
@@ -164,21 +190,20 @@ def _time_lines(est: Estimate) -> list[str]:
 
 
 def render_plan(p, top: int = 10, explain: bool = False) -> str:
-    """The plan as a table: the fastest layouts that fit, and the assumptions behind the times."""
+    """The plan as a table: the fastest layouts that fit, where each one's step goes, and the
+    assumptions behind the times."""
     t = p.training
     kept = len(p.ranking)
     moe = p.model.experts > 1  # an expert-parallel column for a mixture of experts
+    f = p.fabric
     lines = [f"{p.model.name} on {p.gpus} {gpu(p.gpu).name} ({p.node_gpus} per node), "
              f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
              f"{t.implementation} kernels",
-             f"assumed: matmuls at {p.achievable:.0%} of the dense {p.precision} peak; NVLink "
-             f"{p.nvlink / 1e9:g} GB/s, network {p.network / 1e9:g} GB/s per GPU each way; "
-             f"overlap dp {p.overlap.dp:g}, tp {p.overlap.tp:g}, pp {p.overlap.pp:g}, "
-             f"cp {p.overlap.cp:g}"
-             + ("" if p.latency is None else
-                f"; latency per collective {p.latency.base * 1e6:g} µs + per ring step "
-                f"{p.latency.nvlink * 1e6:g} µs (NVLink), {p.latency.network * 1e6:g} µs "
-                "(network), NCCL's ring model"),
+             *(f"note: {w}" for w in p.warnings),
+             f"assumed: tensor cores at {p.share:.0%} of their benchmarks' rates; {p.kernel_used} "
+             f"attention; {p.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "
+             f"{f.network / 1e9:g} GB/s per GPU each way",
+             f"the step-time model: {accuracy()}",
              f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
              f" rank  dp   tp  pp  cp{'  ep' if moe else ''}   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
     rows = list(p.ranking[:top])
@@ -200,6 +225,17 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
                      f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
     if p.user is not None:
         lines.append(p.user.reason)
+    timed = [c for c in rows if c.time is not None][:3]
+    if timed:
+        names = ("GEMMs", "attention", "memory-bound", "optimizer", "bubble", "tp comm",
+                 "cp comm", "pp comm", "dp comm", "ep comm")
+        shown = [n for n in names if any(c.time.parts()[n] > 0 for c in timed)]
+        lines.append(f"{'where the step goes (s):':<29}{'rank':>4} "
+                     + "  ".join(f"{n:>9}" for n in shown))
+        for c in timed:
+            rank = "you" if c is p.user and c.rank is None else str(c.rank)
+            parts = c.time.parts()
+            lines.append(f"{'':29}{rank:>4} " + "  ".join(f"{parts[n]:>9.3f}" for n in shown))
     if explain:
         lines.extend(plan_reasons(p, top))
     lines.append(f"MFU: model FLOPs (6N + 12Lhs per token) over the dense {p.precision} peak; memory:")
@@ -215,12 +251,9 @@ def plan_reasons(p: Plan, top: int = 10) -> list[str]:
     b = best.time
     for c in p.ranking[1:top]:
         t = c.time
-        diffs = {
-            "compute (recomputation)": t.compute - b.compute, "bubble": t.bubble - b.bubble,
-            "tp comm": t.tp - b.tp, "cp comm": t.cp - b.cp, "pp comm": t.pp - b.pp,
-            "dp comm": t.dp - b.dp,
-        }
-        worst = sorted(((v, k) for k, v in diffs.items() if v > 0), reverse=True)[:2]
+        diffs = {k: v - b.parts()[k] for k, v in t.parts().items()}
+        worst = sorted(((v, k) for k, v in diffs.items() if v > 0.005 * t.total),
+                       reverse=True)[:2]
         why = " and ".join(f"{k} +{v:.2f} s" for v, k in worst) or "equal time, more memory"
         lines.append(f"#{c.rank} {c.describe()}: {t.total - b.total:+.2f} s per step: {why}")
     return lines

@@ -31,7 +31,9 @@ from ..model.shape import ModelShape, param_count
 from ..parallel.layout import Batch, Layout
 from ..problems import Invalid, check
 from ..units import Bytes, parse_bytes, positive_int
-from .rules import adapter_problems, budget_problems, count_only_problems, run_problems, time_problems
+from ..time.step import Timing
+from .rules import (adapter_problems, budget_problems, count_only_problems, positions_warning,
+                    predicted_time_problems, run_problems, time_problems, untimed_reason)
 
 
 @dataclass(frozen=True)
@@ -71,13 +73,16 @@ class Gpu:
 @dataclass(frozen=True)
 class Budget:
     """What the run trains on and how well it runs: ``tokens`` to train on and the ``mfu``
-    assumed (a fraction in (0, 1]), for the time to train (:class:`~trainmath.runs.estimates.TrainingTime`)."""
+    assumed (a fraction in (0, 1]), for the time to train (:class:`~trainmath.runs.estimates.TrainingTime`);
+    ``mfu`` None: the MFU the step-time model predicts for the run."""
 
     tokens: int
-    mfu: float
+    mfu: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", positive_int("tokens", self.tokens))
+        if self.mfu is None:
+            return
         if isinstance(self.mfu, bool) or not isinstance(self.mfu, (int, float, Fraction)) \
                 or not 0 < self.mfu <= 1:
             raise ValueError(f"mfu must be a fraction in (0, 1], such as 0.4, got {self.mfu!r}")
@@ -119,6 +124,12 @@ class Run:
     #: a LoRA or QLoRA adapter on the frozen model (:mod:`trainmath.memory.finetune`); None: every
     #: parameter is trained (pre-training or full fine-tuning)
     adapter: Adapter | None = None
+    #: the step-time model's settings (:class:`~trainmath.time.step.Timing`): overlap, flash
+    #: kernel, sustained share, links
+    timing: Timing = Timing()
+    #: what the run does that is accepted but worth saying (a sequence past the positions a
+    #: rotary model was trained for); set when the Run is made
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
@@ -153,7 +164,16 @@ class Run:
             problems += budget_problems(t, None if self.gpu is None else self.gpu.kind)
         if self.shape is not None:
             problems += run_problems(self.shape, layout=self.layout, training=t, batch=self.batch)
+        if not isinstance(self.timing, Timing):
+            raise ValueError(f"timing must be a Timing, got {self.timing!r}")
+        if self.budget is not None and self.budget.mfu is None:
+            problems += predicted_time_problems(
+                shape=self.shape, batch=self.batch, gpu=None if self.gpu is None else self.gpu.kind,
+                timeable=untimed_reason(t))
         check(problems)
+        if self.shape is not None:
+            warning = positions_warning(self.shape, self.batch.seq_len)
+            object.__setattr__(self, "warnings", () if warning is None else (warning,))
 
     def _resolve(self) -> None:
         """Fill the training choices left open (:func:`trainmath.memory.training.resolve`); an
@@ -213,12 +233,16 @@ def run(
     gpus_per_node: int | None = None,
     adapter: Adapter | None = None,
     ep: int = 1,
+    stages: tuple[int, ...] = (),
+    timing: Timing | None = None,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
     such as ``"80GB"`` or ``"141 GiB"`` (:func:`trainmath.units.parse_bytes`), which overrides
     the kind's memory when both are given; ``overhead`` an amount too. ``tokens`` and ``mfu``
-    go together (:class:`Budget`). What is left None the Run fills from the model's and the
+    go together (:class:`Budget`; ``tokens`` alone: the predicted MFU). ``stages`` splits the
+    layers over the pipeline (:class:`~trainmath.parallel.layout.Layout`), ``timing`` sets the
+    step-time model (:class:`~trainmath.time.step.Timing`). What is left None the Run fills from the model's and the
     recipe's defaults (:class:`~trainmath.memory.training.Training`). ``adapter`` is a
     :class:`trainmath.memory.finetune.Adapter` (LoRA or QLoRA on the frozen model).
 
@@ -239,11 +263,13 @@ def run(
                           recompute=recompute, implementation=implementation,
                           mlp_kernel=mlp_kernel, attention=attention,
                           optimizer_impl=optimizer_impl, offload=offload),
-        layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep),
+        layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
+                      stages=stages),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
         overhead=overhead,
         budget=None if tokens is None else Budget(tokens, mfu),
         gpus_per_node=gpus_per_node,
         adapter=adapter,
+        timing=Timing() if timing is None else timing,
     )

@@ -20,9 +20,11 @@
   ``CPUOffloadPolicy``), and per node with ``gpus_per_node``;
 - the run's overhead, what no formula counts, added to the peak for ``fits``
   (:attr:`Estimate.needed`);
-- with a :class:`~trainmath.runs.description.Budget` (tokens, MFU) and a GPU kind: FLOPs per
-  token, time to train and GPU-hours (:class:`TrainingTime`; Kaplan et al. 2020, Chowdhery et
-  al. 2022 Appendix B).
+- with a shape, a sequence, a global batch and a GPU kind: the step's time by part, tokens per
+  second and MFU (:class:`StepPrediction`, :func:`trainmath.time.step.step_time`);
+- with a :class:`~trainmath.runs.description.Budget` (tokens, and an MFU or the predicted one)
+  and a GPU kind: FLOPs per token, time to train and GPU-hours (:class:`TrainingTime`; Kaplan
+  et al. 2020, Chowdhery et al. 2022 Appendix B).
 
 Each figure carries its derivation (:attr:`Estimate.derivations`), recorded where it is
 computed. The reports render the estimate as text (:mod:`trainmath.report.text`), JSON
@@ -56,12 +58,33 @@ from ..memory.step import (activations, adapter_activations, adapter_inputs, cou
 from ..memory.training import Training
 from ..parallel.layout import _microbatches
 from ..parallel.schedules import _bubble
+from ..memory.recipes import peak_precision_problems
 from ..time.flops import flops_per_token, time_to_train
+from ..time.network import Fabric
+from ..time.step import StepTime, Timing, attention_kernel, step_time
+from .rules import untimed_reason
 from ..units import Bytes
 from .description import Run
 
 
 # -- the estimate -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepPrediction:
+    """The step-time model's prediction for a run (:func:`trainmath.time.step.step_time`): the
+    step by part, tokens per second over all its GPUs and MFU against ``peak``, with the
+    settings it used (``timing`` as given, ``sustained``, ``kernel`` and ``fabric`` as
+    applied)."""
+
+    time: StepTime
+    tokens_per_second: float
+    mfu: float
+    peak: Peak
+    sustained: float
+    kernel: str
+    fabric: Fabric
+    timing: Timing
+
+
 @dataclass(frozen=True)
 class TrainingTime:
     """Time to train a :class:`~trainmath.runs.description.Run` on its :class:`~trainmath.runs.description.Budget`: tokens × FLOPs per token ÷ (MFU ×
@@ -69,6 +92,8 @@ class TrainingTime:
 
     tokens: int
     mfu: float
+    #: "assumed" (the budget's MFU) or "predicted" (the step-time model's, :class:`StepPrediction`)
+    mfu_from: str
     #: model FLOPs per trained token: 6N + 12·L·h·s with a shape and a sequence length (PaLM,
     #: Chowdhery et al. 2022, Appendix B; :func:`trainmath.time.flops.flops_per_token`), else 6N
     #: over all parameters (Kaplan et al. 2020, §2.1)
@@ -126,6 +151,8 @@ class Estimate:
     host: Bytes = Bytes(0)
     #: with a :class:`~trainmath.runs.description.Budget`: FLOPs per token, time to train, GPU-hours
     time: TrainingTime | None = None
+    #: with a shape, a sequence, a global batch and a GPU kind: the predicted step
+    step: StepPrediction | None = None
     #: how each figure was computed, recorded where it was: the four kinds of model state, the
     #: activations (when counted), host memory (with offload), the total, the peak, whether it
     #: fits (with a GPU) and the time to train (with a budget), in that order
@@ -238,7 +265,7 @@ def estimate(run: Run) -> Estimate:
         before = device
         device, host = offloaded(device, r, t.offload)
         kinds = state_derivations_of(before, per, t.recipe, t.optimizer)
-        time = _time(run)
+        time = _time(run, None)
         return Estimate(run=run, stages=(device,), device=device, layer=None, microbatches=None,
                         bubble=None, peak=peak, host=host, time=time,
                         derivations=_derivations(run, kinds, before, device, None, peak=peak,
@@ -254,7 +281,8 @@ def estimate(run: Run) -> Estimate:
     moved = [offloaded(d, r, t.offload) for d in stages]
     stages = tuple(d for d, _ in moved)
     device = fullest(stages)
-    before, host, time = devices[device.stage], moved[device.stage][1], _time(run)
+    step = _step(run)
+    before, host, time = devices[device.stage], moved[device.stage][1], _time(run, step)
     fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
     if fsdp2:  # the formula over the even split; the figures are FSDP2's padded shards
         kinds = state_derivations_of(_even(run, per, before), per, t.recipe, t.optimizer,
@@ -264,9 +292,9 @@ def estimate(run: Run) -> Estimate:
     acts = acts_of[device.stage]
     return Estimate(run=run, stages=stages, device=device, layer=layer, microbatches=m,
                     bubble=bubble, peak=peaks[top], peak_stage=top, saved=stage_acts,
-                    gathered=inputs[top].gathered, host=host, time=time,
+                    gathered=inputs[top].gathered, host=host, time=time, step=step,
                     derivations=_derivations(run, kinds, before, device, acts, peak=peaks[top],
-                                             peak_stage=top, host=host, time=time))
+                                             peak_stage=top, host=host, time=time, step=step))
 
 
 def _stages(run: Run, m: int | None, every_stage: bool):
@@ -338,7 +366,8 @@ def _where(run: Run, d: DeviceMemory) -> str:
 
 def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
                  acts: StageActivations | None, *, peak: StepPeak, peak_stage: int, host: Bytes,
-                 time: TrainingTime | None) -> tuple[Derivation, ...]:
+                 time: TrainingTime | None, step: StepPrediction | None = None
+                 ) -> tuple[Derivation, ...]:
     """Every figure's arithmetic, in the order of :attr:`Estimate.derivations`: the kinds (with
     what offload moved), the activations, the host memory, the total, the peak, the fit, the
     time."""
@@ -364,6 +393,8 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     out.append(peak.derivation(f" on pipeline stage {peak_stage}" if lay.pp > 1 else ""))
     if run.gpu is not None:
         out.append(_fit_derivation(run, peak))
+    if step is not None:
+        out.append(_step_derivation(run, step))
     if time is not None:
         out.append(_time_derivation(time))
     return tuple(out)
@@ -397,7 +428,7 @@ def _time_derivation(time: TrainingTime) -> Derivation:
         "time to train", "D × F ÷ (MFU × G × peak)",
         (("D", f"tokens: {time.tokens:,}"),
          ("F", f"FLOPs per token: {time.flops_per_token:,} ({time.counted})"),
-         ("MFU", f"assumed: {time.mfu:.1%}"), ("G", f"GPUs: {time.gpus:,}"),
+         ("MFU", f"{time.mfu_from}: {time.mfu:.1%}"), ("G", f"GPUs: {time.gpus:,}"),
          ("peak", f"{time.peak.describe()}")),
         f"{time.tokens:,} × {time.flops_per_token:,} ÷ ({time.mfu:g} × {time.gpus:,} × "
         f"{time.peak.flops:.4g} FLOP/s) = {time.seconds:,.0f} s = {time.seconds / 86400:,.1f} "
@@ -406,8 +437,55 @@ def _time_derivation(time: TrainingTime) -> Derivation:
         "(Appendix B)", "time")
 
 
-def _time(run: Run) -> TrainingTime | None:
-    """The :class:`TrainingTime` of a run with a :class:`~trainmath.runs.description.Budget` (checked when it was made)."""
+def _step(run: Run) -> StepPrediction | None:
+    """The predicted step of a run the step-time model can time: a shape, a sequence, a global
+    batch, a GPU kind with a tensor-core peak in the recipe's precision, no adapter, no offload."""
+    shape, t, b = run.shape, run.training, run.batch
+    if (shape is None or b.seq_len is None or b.global_batch is None or run.gpu is None
+            or run.gpu.kind is None or run.adapter is not None or untimed_reason(t)):
+        return None
+    r = recipe(t.recipe)
+    if peak_precision_problems(r) or _accelerator(run.gpu.kind).peak_problems(peak_precision(r)):
+        return None
+    timing = run.timing
+    fabric = timing.fabric(run.gpu.kind)
+    node = run.gpus_per_node or timing.node_gpus
+    if node is not None and node != fabric.node_gpus:
+        fabric = Fabric(fabric.gpu, node, fabric.nvlink, fabric.network)
+    st = step_time(shape, run.layout, seq_len=b.seq_len, global_batch=b.global_batch,
+                   micro_batch=b.micro_batch, zero_stage=t.zero_stage, recompute=t.recompute,
+                   recipe=t.recipe, implementation=t.implementation, fabric=fabric,
+                   overlap=timing.overlap, kernel=timing.kernel, sustained=timing.sustained)
+    peak = _accelerator(run.gpu.kind).peak(peak_precision(r))
+    tps = b.global_batch * b.seq_len / st.total
+    mfu = tps * flops_per_token(shape, b.seq_len).model / (run.layout.gpus * peak.flops)
+    return StepPrediction(time=st, tokens_per_second=tps, mfu=mfu, peak=peak,
+                          sustained=timing.share(run.gpu.kind),
+                          kernel=attention_kernel(t.implementation, run.gpu.kind, timing.kernel),
+                          fabric=fabric, timing=timing)
+
+
+def _step_derivation(run: Run, step: StepPrediction) -> Derivation:
+    """The predicted step: its parts, tokens per second and MFU."""
+    st, b = step.time, run.batch
+    parts = ", ".join(f"{k} {v:.3g} s" for k, v in st.parts().items() if v > 0)
+    return Derivation(
+        "step time", "pipeline + data-parallel tail + optimizer; tokens/s = B·s ÷ step; "
+        "MFU = tokens/s × F ÷ (G × peak)",
+        (("parts", parts), ("B·s", f"{b.global_batch:,} × {b.seq_len:,} tokens"),
+         ("F", f"model FLOPs per token {flops_per_token(run.shape, b.seq_len).model:,}"),
+         ("G", f"GPUs: {run.layout.gpus:,}"), ("peak", step.peak.describe()),
+         ("sustained", f"{step.sustained:.0%} of the benchmarks' tensor-core rates"),
+         ("overlap", step.timing.overlap.describe()), ("attention", step.kernel)),
+        f"{st.total:.4g} s a step; {step.tokens_per_second:,.0f} tokens/s; MFU {step.mfu:.1%}",
+        None, None, "trainmath.time.step.step_time: GEMMs (trainmath.time.gemm), attention "
+        "(trainmath.time.attention), memory-bound ops, collectives (trainmath.time.network), "
+        "the pipeline schedule (Narayanan et al. 2021 §2.2)", "time")
+
+
+def _time(run: Run, step: StepPrediction | None) -> TrainingTime | None:
+    """The :class:`TrainingTime` of a run with a :class:`~trainmath.runs.description.Budget`
+    (checked when it was made): at the budget's MFU, else at the predicted one."""
     if run.budget is None:
         return None
     shape, t, s = run.shape, run.training, run.batch.seq_len
@@ -421,8 +499,12 @@ def _time(run: Run) -> TrainingTime | None:
         counted = ("6N, N all parameters (Kaplan et al. 2020, §2.1); the attention term needs a "
                    "shape and a sequence length")
     gpus = run.layout.gpus
-    seconds = time_to_train(run.budget.tokens, fpt, gpus, peak, float(run.budget.mfu))
-    return TrainingTime(tokens=run.budget.tokens, mfu=float(run.budget.mfu), flops_per_token=fpt,
+    if run.budget.mfu is not None:
+        mfu, source = float(run.budget.mfu), "assumed"
+    else:
+        mfu, source = step.mfu, "predicted"
+    seconds = time_to_train(run.budget.tokens, fpt, gpus, peak, mfu)
+    return TrainingTime(tokens=run.budget.tokens, mfu=mfu, mfu_from=source, flops_per_token=fpt,
                         counted=counted, peak=peak, gpus=gpus, seconds=seconds)
 
 

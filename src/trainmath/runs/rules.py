@@ -29,31 +29,65 @@ MODEL_SHAPE = "a model shape (a preset, a config.json or a shape's sizes)"
 
 
 def positions_problems(model: ModelShape, seq_len: int) -> list[Problem]:
-    """A sequence no longer than the positions the model was trained for: its learned
-    positions, or ``max_position_embeddings`` in its config."""
-    if model.max_positions and seq_len > model.max_positions:
-        where = "its learned positions" if model.positions else "max_position_embeddings in its config"
-        return [Problem(("seq_len",), f"seq_len {seq_len} is longer than the {model.max_positions} "
-                        f"positions {model.name} was trained for ({where}); accepted: at most "
-                        f"{model.max_positions}")]
+    """A sequence no longer than a model's learned positions: there is no embedding for a
+    position past them. (Rotary models take longer sequences: :func:`positions_warning`.)"""
+    if model.positions and seq_len > model.positions:
+        return [Problem(("seq_len",), f"seq_len {seq_len} is longer than the {model.positions} "
+                        f"learned positions of {model.name}; accepted: at most {model.positions}")]
     return []
 
 
+def positions_warning(model: ModelShape, seq_len: int | None) -> str | None:
+    """A rotary model asked for more tokens than its ``max_position_embeddings``: accepted, as
+    long-context training with RoPE scaling does (Llama 3 §3.4: 8K to 128K), and said."""
+    if seq_len and not model.positions and model.max_positions and seq_len > model.max_positions:
+        return (f"seq_len {seq_len} is longer than the {model.max_positions} positions "
+                f"{model.name} was trained for (max_position_embeddings): long-context training "
+                "needs RoPE scaling (e.g. a larger rope_theta); memory and time are counted the "
+                "same way")
+    return None
+
+
 def fsdp2_problems(recipe_name: str, lay: Layout) -> list[Problem]:
-    """FSDP2 is modelled without pipeline and expert parallelism."""
+    """FSDP2 is modelled without expert parallelism (with pipelines, as torchtitan runs it)."""
     if recipe(recipe_name).name != "fsdp2":
         return []
     return [Problem((name, "recipe"), f"recipe 'fsdp2' with {name} > 1 is not modelled; "
-                    f"accepted: {name} = 1") for name in ("pp", "ep") if getattr(lay, name) > 1]
+                    f"accepted: {name} = 1") for name in ("ep",) if getattr(lay, name) > 1]
 
 
 def time_problems(tokens: int | None, mfu: float | None) -> list[Problem]:
-    """A time to train needs both the tokens and the MFU assumed."""
-    if (tokens is None) == (mfu is None):
-        return []
-    given, missing = ("tokens", "mfu") if mfu is None else ("mfu", "tokens")
-    return [Problem((given, missing), f"{given} needs {missing} as well: a time to train needs "
-                    "both the tokens and the MFU assumed")]
+    """An MFU is an assumption for a time to train: it needs the tokens."""
+    if mfu is not None and tokens is None:
+        return [Problem(("mfu", "tokens"), "mfu needs tokens as well: an MFU assumed is for a "
+                        "time to train, which needs the tokens")]
+    return []
+
+
+def predicted_time_problems(*, shape: ModelShape | None, batch: Batch, gpu: str | None,
+                            timeable: str | None) -> list[Problem]:
+    """Tokens without an MFU ask for the step time to be predicted: that needs a model shape,
+    a sequence, a global batch and a GPU kind, and a run the step-time model times
+    (``timeable``: why not, else None)."""
+    missing = [name for name, have in (("a model shape", shape is not None),
+                                       ("seq_len", batch.seq_len is not None),
+                                       ("global_batch", batch.global_batch is not None),
+                                       ("gpu", gpu is not None)) if not have]
+    if missing:
+        return [Problem(("tokens", "mfu"), "tokens without mfu asks for the step time to be "
+                        "predicted, which needs " + ", ".join(missing) + "; accepted: give them, "
+                        "or give mfu")]
+    if timeable:
+        return [Problem(("tokens", "mfu"), f"tokens without mfu: {timeable}; accepted: give mfu")]
+    return []
+
+
+def untimed_reason(training: Training) -> str | None:
+    """Why the step-time model cannot time a run with this training setup, or None."""
+    if training.offload != "none":
+        return ("offload moves model states between the GPU and the CPU every step, which the "
+                "step-time model does not time")
+    return None
 
 
 def budget_problems(training: Training, gpu_kind: str | None) -> list[Problem]:

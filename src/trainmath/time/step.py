@@ -1,20 +1,42 @@
-"""The step-time model the planner ranks layouts by: compute, bubble and the traffic that does
-not hide under compute.
+"""Seconds per optimizer step, from parts that can each be checked: the planner ranks layouts by
+it and ``estimate`` predicts a run's throughput and MFU with it.
 
-- **compute**: the hardware FLOPs of the step (:func:`trainmath.time.flops.flops_per_token`,
-  recomputation included) over ``achievable`` × the GPU's dense peak in the recipe's precision
-  (:func:`trainmath.memory.recipes.peak_precision`); ``achievable`` is an assumption, stated in
-  every output (:data:`ACHIEVABLE`);
-- **pipeline bubble**: (pp-1)/(m·v) of the time of the micro-batches
-  (:func:`trainmath.parallel.schedules.bubble_fraction`; Narayanan et al. 2021, §2.2);
-- **communication**: the bytes each device sends per step
-  (:func:`trainmath.time.communication.communication`) over the link they travel on: NVLink
-  inside a node, the network across nodes (:data:`trainmath.hardware.INTERCONNECTS`), in
-  Megatron-Core's rank order (tp innermost, then cp, dp, pp);
-- **latency** (optional, ``latency=NCCL_RING``): each collective also costs NCCL's ring
-  latency (:class:`RingLatency`, :data:`NCCL_RING`); off by default, bandwidth only;
-- **overlap**: each kind of traffic hides under the compute by its share in :class:`Overlap`;
-  what does not hide adds to the step.
+One micro-batch on one device of pipeline stage i costs
+
+    t_i = Σ over its layers (forward + backward + recomputation + exposed tp, cp, ep traffic)
+          + embedding (first stage) + LM head and loss (last stage)
+          + pipeline sends + the data-parallel gathers FSDP does not hide
+
+with each layer's work from :mod:`trainmath.time.layer` (GEMMs, attention's core, memory-bound
+ops) and each collective from :mod:`trainmath.time.network`. The pipeline runs m micro-batches
+over pp stages of v chunks each in 1F1B order, paced by its slowest stage (Narayanan et al.
+2021, §2.2: bubble (pp-1)/(m·v) of equal stages), so
+
+    pipeline = m · max_i t_i + (Σ_i t_i − max_i t_i) / v
+
+and the step adds what the data-parallel reduction leaves after the last backward and the
+optimizer's update (:func:`trainmath.time.memory_bound.optimizer_bytes_per_param`).
+
+**Overlap, per mechanism** (:class:`Overlap`):
+
+- FSDP2 and ZeRO-3 gather layer j+1's weights while layer j computes (FSDP2's forward and
+  backward prefetch of one module; DeepSpeed's prefetch bucket): per layer the gather is exposed
+  only by what exceeds the previous layer's compute, and in the backward the gather and the
+  previous layer's reduce-scatter share the window. The first gather and the last
+  reduce-scatter of each micro-batch, and the root module's (embedding, final norm, LM head),
+  wait. Under a pipeline FSDP2 keeps the weights gathered across the micro-batches and
+  reduce-scatters once, at the last backward (torchtitan's ``reshard_after_forward`` off with
+  pp; PyTorch pipelining syncs gradients on the last micro-batch only): once a step.
+- DDP and ZeRO-1/2 reduce gradients in buckets as the backward produces them (PyTorch DDP's
+  buckets; Megatron-Core's ``--overlap-grad-reduce``, during the last micro-batch only): exposed
+  by what exceeds that backward, and the last bucket (one layer's gradients) always. ZeRO-1/2
+  gather the updated weights once a step, under the next forward with Megatron-Core's
+  ``--overlap-param-gather``.
+- tensor-parallel all-gathers and reduce-scatters are exposed unless the framework overlaps
+  them with the neighbouring GEMM (Transformer Engine's ``--tp-comm-overlap``).
+- ring attention passes K and V while it computes (Liu et al. 2023, §3; Megatron-Core's "p2p"
+  context parallelism): exposed by what exceeds the attention it hides under.
+- pipeline sends and a mixture's all-to-alls are exposed.
 """
 
 from __future__ import annotations
@@ -23,201 +45,355 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..hardware import gpu as accelerator
+from ..memory.kernels import implementation as _implementation
 from ..memory.recipes import peak_precision, recipe as _recipe
 from ..model.shape import ModelShape
 from ..parallel.layout import Layout
-from ..parallel.schedules import _bubble
-from .communication import communication, tensor_parallel_collectives
-from .flops import flops_per_token
-from ..units import Bytes
-
-
-#: The default share of a GPU's dense peak that the step's matrix multiplications sustain: an
-#: assumption, not a measurement. The largest runs of Korthikanti et al. 2022 (Table 5) reach
-#: 57% HFU with the bubble and all communication included; 0.6 leaves those out.
-ACHIEVABLE = 0.6
+from ..parallel.placement import _stage_params
+from .calibration import sustained as calibrated_sustained
+from .gemm import HBM_EFFICIENCY
+from .layer import Device, embedding_work, head_work, layer_work
+from .memory_bound import optimizer_bytes_per_param
+from .attention import FLASH_KERNELS
+from .network import Fabric, collective_time
+from ..units import choice, positive_int
 
 
 @dataclass(frozen=True)
 class Overlap:
-    """The share of each kind of traffic that hides under the step's compute (0 to 1).
+    """Which communication the framework overlaps with compute (module docstring).
 
-    Defaults: Megatron-LM overlaps the data-parallel gradient reduce-scatter with the backward
-    pass and the parameter all-gather with the forward (``--overlap-grad-reduce``,
-    ``--overlap-param-gather``), and ring attention passes K and V while it computes (Liu et al.
-    2023, §3): 1. Tensor-parallel all-reduces sit between a layer's matrix multiplications and
-    pipeline sends between stages: 0. Overlapped traffic still costs the time by which it
-    exceeds the compute it hides under.
+    ``gradients``: the data-parallel reduction runs in buckets during the backward (DDP,
+    ZeRO, Megatron-Core's ``--overlap-grad-reduce``); ``parameters``: weight gathers are
+    prefetched (FSDP, ZeRO-3) or hidden under the next forward (``--overlap-param-gather``);
+    ``tensor``: tensor-parallel collectives overlap the neighbouring GEMMs (TE's
+    ``--tp-comm-overlap``).
     """
 
-    dp: float = 1.0
-    tp: float = 0.0
-    pp: float = 0.0
-    cp: float = 0.0
+    gradients: bool = True
+    parameters: bool = True
+    tensor: bool = False
 
-    def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "cp"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise ValueError(f"overlap {name} must be a fraction from 0 to 1, got {value!r}")
+    def describe(self) -> str:
+        """``"gradient reduction and weight gathers overlapped; tensor-parallel exposed"``."""
+        dp = {(True, True): "gradient reduction and weight gathers overlapped",
+              (True, False): "gradient reduction overlapped, weight gathers exposed",
+              (False, True): "gradient reduction exposed, weight gathers overlapped",
+              (False, False): "gradient reduction and weight gathers exposed"}
+        tp = "tensor-parallel overlapped" if self.tensor else "tensor-parallel exposed"
+        return f"{dp[(self.gradients, self.parameters)]}; {tp}"
 
 
 @dataclass(frozen=True)
-class RingLatency:
-    """Seconds a ring collective costs beyond its bytes: ``base`` once per collective, and per
-    ring step ``nvlink`` inside a node or ``network`` across nodes (the α of an α–β model)."""
+class Timing:
+    """The step-time model's settings a user may change, each stated in every output: what the
+    framework overlaps (:class:`Overlap`), the flash kernel (None: the implementation's own on
+    the GPU, :func:`attention_kernel`), the sustained share of the benchmarks' tensor-core rates
+    (None: :func:`trainmath.time.calibration.sustained`), and the links (None: the GPU's DGX/HGX
+    node, :data:`trainmath.hardware.INTERCONNECTS`): GPUs per node, NVLink and network bytes/s
+    per GPU each way."""
 
-    base: float
-    nvlink: float
-    network: float
-    source: str
+    overlap: Overlap = Overlap()
+    kernel: str | None = None
+    sustained: float | None = None
+    node_gpus: int | None = None
+    nvlink: float | None = None
+    network: float | None = None
 
-    def collective(self, ranks: int, nodes: int, all_reduce: bool = False) -> float:
-        """Seconds of latency of one ring all-gather or reduce-scatter (``all_reduce``: both)
-        over ``ranks`` ranks on ``nodes`` nodes: base + (steps - inter) · nvlink + inter ·
-        network, steps = n - 1 (2(n - 1) for an all-reduce), inter = nodes - 1 (doubled too)."""
-        if ranks <= 1:
-            return 0.0
-        k = 2 if all_reduce else 1
-        steps, inter = k * (ranks - 1), k * (nodes - 1)
-        return self.base + (steps - inter) * self.nvlink + inter * self.network
+    def __post_init__(self) -> None:
+        if not isinstance(self.overlap, Overlap):
+            raise ValueError(f"overlap must be an Overlap, got {self.overlap!r}")
+        if self.kernel is not None:
+            choice("attention kernel", self.kernel, FLASH_KERNELS)
+        if self.sustained is not None and (isinstance(self.sustained, bool)
+                                           or not isinstance(self.sustained, (int, float))
+                                           or not 0 < self.sustained <= 1):
+            raise ValueError(f"sustained must be a share in (0, 1], such as 0.7, got "
+                             f"{self.sustained!r}")
+        for name in ("nvlink", "network"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value > 0):
+                raise ValueError(f"{name} must be a positive number of bytes per second, got "
+                                 f"{value!r}")
+        if self.node_gpus is not None:
+            object.__setattr__(self, "node_gpus", positive_int("gpus per node", self.node_gpus))
 
+    def fabric(self, gpu: str) -> Fabric:
+        """The links of GPU kind ``gpu`` with this timing's overrides."""
+        return Fabric.of(gpu, self.node_gpus, self.nvlink, self.network)
 
-#: NCCL's own latency model of a ring collective with its Simple protocol (``src/graph/tuning.cc``,
-#: ``ncclTunerConstantsDefaults``: ``baseLatencies`` ring/Simple 8.4 µs, ``hwLatencies`` ring/Simple
-#: NVLink 3.4 µs and network 14 µs per step); its topology-dependent extras (``latencyInter``,
-#: the network overhead) are left out. Used with ``plan(..., latency=NCCL_RING)``.
-NCCL_RING = RingLatency(8.4e-6, 3.4e-6, 14e-6,
-                        "NCCL src/graph/tuning.cc (commit 5067397c), ring, Simple protocol")
+    def share(self, gpu: str) -> float:
+        """The sustained share used on ``gpu``: this timing's, else the calibrated one."""
+        return calibrated_sustained(gpu) if self.sustained is None else float(self.sustained)
 
 
 @dataclass(frozen=True)
 class StepTime:
-    """Predicted seconds of one optimizer step, by what takes them.
+    """Predicted seconds of one optimizer step, by part.
 
-    ``compute`` is the hardware FLOPs at the achievable rate; ``bubble`` the pipeline's idle
-    time; ``tp``, ``cp``, ``pp``, ``dp`` and ``ep`` the part of each kind of traffic that the
-    compute does not hide (``ep``, a mixture of experts' all-to-all, is never hidden: the
-    experts wait for their tokens). ``recompute`` is the part of ``compute`` spent rerunning
-    the forward.
+    ``gemm``, ``attention`` and ``memory`` are the compute on the pipeline's critical path (the
+    slowest stage, m micro-batches), ``recompute`` the part of them spent rerunning the
+    forward; ``tp``, ``cp``, ``pp``, ``dp`` and ``ep`` the traffic compute does not hide;
+    ``bubble`` the pipeline's fill and drain; ``optimizer`` the update. ``stages`` is each
+    stage's seconds per micro-batch.
     """
 
-    compute: float
+    gemm: float
+    attention: float
+    memory: float
     recompute: float
+    optimizer: float
     bubble: float
     tp: float
     cp: float
     pp: float
     dp: float
     ep: float = 0.0
+    microbatches: int = 1
+    stages: tuple[float, ...] = ()
+
+    @property
+    def compute(self) -> float:
+        """GEMMs, attention and memory-bound work on the critical path."""
+        return self.gemm + self.attention + self.memory
+
+    @property
+    def communication(self) -> float:
+        """Exposed traffic of every kind."""
+        return self.tp + self.cp + self.pp + self.dp + self.ep
 
     @property
     def total(self) -> float:
         """Seconds per step: every part together."""
-        return self.compute + self.bubble + self.tp + self.cp + self.pp + self.dp + self.ep
+        return self.compute + self.optimizer + self.bubble + self.communication
+
+    def parts(self) -> dict[str, float]:
+        """Seconds by part, in the order outputs show them."""
+        return {"GEMMs": self.gemm, "attention": self.attention, "memory-bound": self.memory,
+                "optimizer": self.optimizer, "bubble": self.bubble, "tp comm": self.tp,
+                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep}
 
     def overheads(self) -> dict[str, float]:
-        """Seconds beyond the model's own FLOPs, by cause."""
+        """Seconds beyond the model's own compute, by cause."""
         return {"recompute": self.recompute, "bubble": self.bubble, "tp comm": self.tp,
-                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep}
+                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep,
+                "optimizer": self.optimizer}
 
     @property
     def limit(self) -> str:
-        """What costs the most beyond the model's own FLOPs: ``"bubble 9%"``, or ``"compute"``."""
+        """What costs the most beyond the model's own compute: ``"bubble 9%"``, or ``"compute"``."""
         name, seconds = max(self.overheads().items(), key=lambda kv: kv[1])
-        if seconds <= 0.01 * self.total:
+        if seconds <= 0.02 * self.total:
             return "compute"
         return f"{name} {seconds / self.total:.0%}"
 
 
-@lru_cache(maxsize=4096)
-def _traffic(model: ModelShape, lay: Layout, s: int, b: int, B: int, z: int, recipe_name: str,
-             rc: str) -> tuple[Bytes, Bytes, Bytes, Bytes, Bytes]:
-    r = _recipe(recipe_name)
-    c = communication(model, lay, seq_len=s, micro_batch=b, global_batch=B, zero_stage=z,
-                      precision=recipe_name, activation_bytes=r.compute,
-                      grad_bytes=r.reduce_bytes or r.gradients, recompute=rc)
-    return (c.data_parallel, c.tensor_parallel, c.pipeline_parallel, c.context_parallel,
-            c.expert_parallel)
+def attention_kernel(training_implementation: str, gpu: str, kernel: str | None = None) -> str:
+    """The attention kernel a run's implementation uses on ``gpu``: "eager" for the eager
+    implementations; for flash, ``kernel`` if given, else cuDNN's fused attention for
+    Megatron-LM with Transformer Engine on Hopper and later (TE's default backend there) and
+    FlashAttention-2 otherwise (PyTorch SDPA's flash backend, TE on Ampere)."""
+    impl = _implementation(training_implementation)
+    if impl.attention == "eager":
+        return "eager"
+    if kernel is not None:
+        return kernel
+    hopper = accelerator(gpu).key not in ("a100-sxm", "a100-40gb")
+    return "cudnn" if impl.family == "megatron" and hopper else "fa2"
 
 
-def _exposed(seconds: float, overlap: float, window: float) -> float:
-    """The part of ``seconds`` of traffic that the compute does not hide."""
-    return seconds - min(overlap * seconds, window)
+def _groups(lay: Layout, node: int) -> dict[str, tuple[int, int]]:
+    """(ranks, ranks per node) of each group in Megatron-Core's rank order: tp innermost, then
+    cp, dp, pp; experts inside dp, spaced tp·cp apart."""
+    def per_node(ranks: int, stride: int) -> int:
+        return max(1, min(ranks, node // stride)) if stride < node else 1
+    return {"tp": (lay.tp, min(lay.tp, node)), "cp": (lay.cp, per_node(lay.cp, lay.tp)),
+            "dp": (lay.dp * lay.cp, per_node(lay.dp * lay.cp, lay.tp)),
+            "ep": (lay.ep, per_node(lay.ep, lay.tp * lay.cp))}
 
 
 def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int,
-              micro_batch: int, zero_stage: int, recompute: str, recipe: str, gpu: str,
-              node_gpus: int, achievable: float, nvlink: float, network: float,
-              overlap: Overlap, latency: RingLatency | None = None) -> StepTime:
-    """Predicted seconds per optimizer step of one layout (see the module docstring).
+              micro_batch: int, zero_stage: int, recompute: str, recipe: str,
+              implementation: str, fabric: Fabric, overlap: Overlap = Overlap(),
+              kernel: str | None = None, sustained: float | None = None,
+              precision: str | None = None, compiled: bool = False) -> StepTime:
+    """Predicted seconds per optimizer step of one layout and setting (module docstring).
 
-    compute = B·s × hardware FLOPs per token / (gpus × achievable × peak); the micro-batches'
-    time (compute, exposed tensor-, context- and pipeline-parallel traffic) is stretched by the
-    bubble (pp-1)/(m·v), and the exposed data-parallel traffic comes once per step. A group
-    stays on NVLink while it fits in a node in Megatron-Core's rank order (tp, cp, dp, pp).
-    With ``latency`` each kind of traffic also costs its collectives' latency: per step the
-    tensor-parallel all-reduces, context-parallel ring passes and pipeline sends of every
-    micro-batch and the ZeRO stage's collectives, each over the nodes its group spans.
+    ``implementation`` decides the attention (eager or flash, and which flash kernel unless
+    ``kernel`` names one) and the eager ops' byte counts; ``sustained`` multiplies every GEMM's
+    best-shape efficiency (default: :func:`trainmath.time.calibration.sustained` for the GPU).
+    ``precision`` runs the GEMMs in another precision than the recipe's (torchao's Float8
+    linears under FSDP2: "fp8"); ``compiled`` fuses as ``torch.compile`` does
+    (:func:`trainmath.time.memory_bound.layer_bytes_per_token`).
     """
-    s, B, b = seq_len, global_batch, micro_batch
-    peak = accelerator(gpu).peak(peak_precision(_recipe(recipe))).flops
-    f = flops_per_token(model, s, recompute)
-    rate = lay.gpus * achievable * peak
-    compute = B * s * f.hardware / rate
-    extra = B * s * (f.hardware - f.model) / rate
-    dp_b, tp_b, pp_b, cp_b, ep_b = _traffic(model, lay, s, b, B, zero_stage, recipe, recompute)
+    return _step_time(model, lay, seq_len, global_batch, micro_batch, zero_stage, recompute,
+                      recipe, implementation, fabric, overlap, kernel, sustained, precision,
+                      compiled)
 
-    def link(span: int) -> float:
-        return nvlink if span <= node_gpus else network
 
+@lru_cache(maxsize=8192)
+def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
+               gemm_precision, compiled):
+    r = _recipe(recipe_name)
+    gpu = fabric.gpu
+    precision = gemm_precision or peak_precision(r)
+    device = Device(gpu, precision, attention_kernel(impl, gpu, kernel),
+                    _implementation(impl).family,
+                    calibrated_sustained(gpu) if scale is None else float(scale), compiled)
     m = B // (lay.dp * b)
-    lat = (0.0, 0.0, 0.0, 0.0) if latency is None else _latencies(
-        model, lay, m, zero_stage, recompute, node_gpus, latency)
-    tp_t = _exposed(tp_b.n / link(lay.tp) + lat[1], overlap.tp, compute)
-    cp_t = _exposed(cp_b.n / link(lay.tp * lay.cp) + lat[3], overlap.cp, compute)
-    pp_t = _exposed(pp_b.n / link(lay.gpus) + lat[2], overlap.pp, compute)
-    dp_t = _exposed(dp_b.n / link(lay.tp * lay.cp * lay.dp) + lat[0], overlap.dp, compute)
-    # the all-to-all: ep ranks spaced tp·cp apart inside the data-parallel group
-    ep_t = ep_b.n / link(lay.tp * lay.cp * lay.ep) if lay.ep > 1 else 0.0
-    bubble = float(_bubble(lay.pp, m, lay.v)) * (compute + tp_t + cp_t + pp_t + ep_t)
-    return StepTime(compute, extra, bubble, float(tp_t), float(cp_t), float(pp_t), float(dp_t),
-                    float(ep_t))
+    T = b * s // lay.cp
+    lw = layer_work(model, tokens=T, batch=b, seq_q=s // lay.cp, seq_kv=s, tp=lay.tp, ep=lay.ep,
+                    sequence_parallel=lay.sequence_parallel, recompute=rc, device=device)
+    groups = _groups(lay, fabric.node_gpus)
 
+    def coll(kind: str, size: float, group: str) -> float:
+        ranks, per_node = groups[group]
+        return collective_time(kind, size, ranks=ranks, ranks_per_node=per_node, gpu=gpu,
+                               fabric=fabric)
 
-def _latencies(model: ModelShape, lay: Layout, m: int, zero_stage: int, recompute: str,
-               node_gpus: int, latency: RingLatency) -> tuple[float, float, float, float]:
-    """Seconds of collective latency per step, (dp, tp, pp, cp), on the first pipeline stage.
-
-    A group's ranks sit in Megatron-Core's rank order (tp innermost, then cp, dp, pp), so a
-    group spans one node while it fits in one, else span / node_gpus nodes. Counted per step:
-    tensor parallelism, :func:`~trainmath.time.communication.tensor_parallel_collectives` all-reduces
-    per micro-batch; context parallelism, 3 ring passes per layer and micro-batch (4 with
-    recomputation); pipeline parallelism, 2·m·v sends of one step each; data parallelism over
-    dp·cp ranks, ZeRO-0 one all-reduce, ZeRO-1 a reduce-scatter and an all-gather, ZeRO-2 m
-    reduce-scatters and an all-gather, ZeRO-3 per layer and micro-batch two all-gathers and a
-    reduce-scatter. Gradient buckets are not counted (one collective per kind at least).
-    """
-    def nodes(ranks: int, span: int) -> int:
-        return 1 if span <= node_gpus else min(ranks, span // node_gpus)
-
-    layers = model.layers // lay.pp
-    tp = cp = pp = dp = 0.0
+    # -- tensor parallelism: per layer, forward (and its rerun) and backward --------------------
+    act = T * model.hidden * r.compute
+    tp_f = tp_b = 0.0
     if lay.tp > 1:
-        count = tensor_parallel_collectives(layers, first=True, last=lay.pp == 1,
-                                            sequence_parallel=lay.sequence_parallel,
-                                            recompute=recompute)
-        tp = float(count) * m * latency.collective(lay.tp, nodes(lay.tp, lay.tp), True)
+        if lay.sequence_parallel:
+            ag, rs = coll("all_gather", act, "tp"), coll("reduce_scatter", act, "tp")
+            pairs = [(ag, "qkv"), (rs, "attention out"), (ag, "mlp up"), (rs, "mlp down")]
+        else:
+            ar = coll("all_reduce", act, "tp")
+            pairs = [(ar, "attention out"), (ar, "mlp down")]
+        gemm_of = {g[0]: g[4] for g in lw.gemms}
+        every = sum(t for t, _ in pairs)
+        if overlap.tensor:
+            tp_f = sum(max(0.0, t - gemm_of.get(name, 0.0)) for t, name in pairs)
+            tp_b = sum(max(0.0, t - 2 * gemm_of.get(name, 0.0)) for t, name in pairs)
+        else:
+            tp_f = tp_b = every
+    tp_layer = tp_f * (2 if rc == "full" else 1) + tp_b
+
+    # -- context parallelism: the K/V ring under attention -------------------------------------
+    cp_layer = 0.0
     if lay.cp > 1:
-        passes = 3 + (1 if recompute != "none" else 0)
-        cp = passes * layers * m * latency.collective(lay.cp, nodes(lay.cp, lay.tp * lay.cp))
+        kv = (s // lay.cp) * b * 2 * (model.kv_dim // lay.tp) * r.compute
+        ring = (lay.cp - 1) * coll("send", kv, "cp") if lay.tp * lay.cp <= fabric.node_gpus else \
+            (lay.cp - 1) * collective_time("send", kv, ranks=2, ranks_per_node=1, gpu=gpu,
+                                           fabric=fabric)
+        f = max(0.0, ring - lw.forward.attention)
+        cp_layer = f * (2 if rc == "full" else 1) + max(0.0, 2 * ring - lw.backward.attention)
+
+    # -- expert parallelism: dispatch and combine, forward and backward ------------------------
+    ep_layer = 0.0
+    if lay.ep > 1:
+        a2a = coll("all_to_all", T * model.experts_per_token * model.hidden * r.compute, "ep")
+        ep_layer = a2a * (4 + (2 if rc == "full" else 0))
+
+    # -- per stage, per micro-batch -------------------------------------------------------------
+    params = _stage_params(model, lay)
+    on_device = lay.device_layers(model.layers)
+    w = r.compute if r.compute == 2 else r.weights  # gathers move the compute-format weights
+    g = r.reduce_bytes or r.gradients
+    n_dp = groups["dp"][0]
+    layer_compute_f = lw.forward.total
+    layer_compute_b = lw.backward.total + lw.recompute.total
+    stage_t, stage_parts, dp_tails, opt = [], [], [], []
+    head = head_work(model, tokens=T, tp=lay.tp, device=device)
+    emb = embedding_work(model, tokens=T, tp=lay.tp, device=device)
+    pp_send = 0.0
     if lay.pp > 1:
-        hop = latency.network if lay.gpus > node_gpus else latency.nvlink
-        pp = 2 * m * lay.v * (latency.base + hop)
-    ranks = lay.dp * lay.cp
-    if ranks > 1:
-        n = nodes(ranks, lay.tp * ranks)
-        one = latency.collective(ranks, n)
-        dp = {0: latency.collective(ranks, n, True), 1: 2 * one,
-              2: (m + 1) * one}.get(zero_stage, 3 * layers * m * one)
-    return dp, tp, pp, cp
+        size = T * model.hidden * r.compute / (lay.tp if lay.sequence_parallel else 1)
+        across = lay.tp * lay.cp * lay.dp >= fabric.node_gpus
+        pp_send = 2 * lay.v * collective_time("send", size, ranks=2,
+                                              ranks_per_node=1 if across else 2, gpu=gpu,
+                                              fabric=fabric)
+    for i, sp in enumerate(params):
+        L = on_device[i]
+        work = lw.forward.times(L) + lw.backward.times(L) + lw.recompute.times(L)
+        first, last = i == 0, i == lay.pp - 1
+        extra_tp = 0.0
+        if first:
+            work = work + emb
+        if last:
+            work = work + head
+            if lay.tp > 1:  # the final hidden gathered (or reduced) before the LM head, and back
+                extra_tp = 2 * coll("all_gather" if lay.sequence_parallel else "all_reduce",
+                                    act, "tp")
+        dense_layer = (sp.layer_sharded + sp.layer_replicated) / max(L, 1)
+        expert_layer = sp.expert / max(L, 1)
+        root = sp.embedding + sp.lm_head + sp.final_norm
+        fsdp, _, tail, _ = _data_parallel(
+            z, overlap, coll, n_dp=n_dp, layers=L, dense_layer=dense_layer,
+            expert_layer=expert_layer, root=root, total=sp.total, w=w, g=g,
+            forward=layer_compute_f, backward=layer_compute_b, pipelined=lay.pp > 1)
+        tp_i = L * tp_layer + extra_tp
+        cp_i = L * cp_layer
+        comm = tp_i + cp_i + L * ep_layer + pp_send + fsdp
+        stage_t.append(work.total + comm)
+        stage_parts.append((work, L * lw.recompute.total, tp_i, cp_i, pp_send, fsdp,
+                            L * ep_layer))
+        dp_tails.append(tail)
+        sharded = z >= 1 and n_dp > 1
+        local = (sp.total - sp.expert) / (n_dp if sharded else 1) + sp.expert / (
+            lay.expert_zero_group if sharded else 1)
+        per_param = optimizer_bytes_per_param(grad_bytes=r.gradients, master=r.master_weights > 0)
+        opt.append(local * per_param / (HBM_EFFICIENCY * accelerator(gpu).hbm_bandwidth))
+    crit = max(range(lay.pp), key=lambda j: stage_t[j])
+    t_max = stage_t[crit]
+    pipeline = m * t_max + (sum(stage_t) - t_max) / lay.v
+    work, recomputed, tp_x, cp_x, pp_x, fsdp_x, ep_x = stage_parts[crit]
+    # the optimizer and the step's tail wait for the slowest stage; stage 0 finishes last
+    return StepTime(gemm=m * work.gemm, attention=m * work.attention, memory=m * work.memory,
+                    recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
+                    tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
+                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+
+
+def _data_parallel(z: int, overlap: Overlap, coll, *, n_dp: int, layers: int,
+                   dense_layer: float, expert_layer: float, root: float, total: float, w: int,
+                   g: int, forward: float, backward: float,
+                   pipelined: bool = False) -> tuple[float, float, float, float]:
+    """The data-parallel traffic of one stage's device under ZeRO stage ``z`` (module
+    docstring): (exposed, hidden) seconds per micro-batch and (exposed, hidden) once per step.
+    Routed experts' states live on their own, smaller group; their traffic is timed at the
+    data-parallel group's rate."""
+    if n_dp <= 1:
+        return 0.0, 0.0, 0.0, 0.0
+
+    def gather(params: float) -> float:
+        return coll("all_gather", params * w, "dp")
+
+    def reduce(params: float, kind: str = "reduce_scatter") -> float:
+        return coll(kind, params * g, "dp")
+
+    L = layers
+    per_layer = dense_layer + expert_layer
+    if z == 3 and pipelined:  # weights kept gathered over the micro-batches, reduced once
+        ag, rs = gather(per_layer), reduce(per_layer)
+        ag_root, rs_root = gather(root), reduce(root)
+        every = L * (ag + rs) + ag_root + rs_root
+        if not overlap.parameters:
+            return 0.0, 0.0, every, 0.0
+        shown = ag_root + ag + max(0, L - 1) * max(0.0, ag - forward) \
+            + max(0, L - 1) * max(0.0, rs - backward) + rs + rs_root
+        return 0.0, 0.0, shown, every - shown
+    if z == 3:
+        ag, rs = gather(per_layer), reduce(per_layer)
+        ag_root, rs_root = gather(root), reduce(root)
+        every = L * (2 * ag + rs) + 2 * ag_root + rs_root
+        if not overlap.parameters:
+            return every, 0.0, 0.0, 0.0
+        fwd = ag_root + ag + max(0, L - 1) * max(0.0, ag - forward)
+        bwd = max(0, L - 1) * max(0.0, ag + rs - backward) + rs + rs_root
+        return fwd + bwd, every - fwd - bwd, 0.0, 0.0
+    kind = "all_reduce" if z == 0 else "reduce_scatter"
+    last_bucket, whole = reduce(per_layer, kind), reduce(total, kind)
+    if overlap.gradients:
+        grads = max(0.0, whole - L * backward) + last_bucket
+    else:
+        grads = whole
+    per_micro = (grads, max(0.0, whole - grads)) if z == 2 else (0.0, 0.0)
+    tail = (0.0, 0.0) if z == 2 else (grads, max(0.0, whole - grads))
+    if z >= 1:
+        ag = gather(total)
+        shown = (max(0.0, ag - L * forward) + gather(per_layer)) if overlap.parameters else ag
+        tail = (tail[0] + shown, tail[1] + max(0.0, ag - shown))
+    return per_micro[0], per_micro[1], tail[0], tail[1]
