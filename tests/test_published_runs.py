@@ -4,8 +4,9 @@ Each row there is a measurement a paper or a framework printed (step time, token
 TFLOP/s or MFU) with its model, GPUs, layout and batch; trainmath.checks.published turns it into
 tokens per second per GPU with the source's own FLOP count and predicts it. The bars are the
 issue's: every run within 25% and the median within 10%, for the calibration part and for the
-held-out part apart. The runs the model does not reproduce are named below with the reason; the
-test fails if one of them comes back within tolerance, so the list stays true.
+held-out part apart. The runs the model does not reproduce are named, with the reason, in
+trainmath.checks.published.NOT_REPRODUCED (the How we know page prints them); the test fails if
+one of them comes back within tolerance, so the list stays true.
 """
 
 import json
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.checks.published import (TOLERANCE, calibration_part, compare, fit, median_error,
-                                        runs, unchecked)
+from trainmath.checks.published import (NOT_REPRODUCED, TOLERANCE, calibration_part, compare, fit,
+                                        median_error, runs, unchecked)
 from trainmath.time import calibration
 from trainmath.time.flops import flops_per_token
 
@@ -22,24 +23,6 @@ DATA = json.loads((Path(__file__).parents[1] / "docs/_data/throughput.json").rea
 CAL = calibration_part(DATA)
 RUNS = runs(DATA, CAL)
 COMPARED = {r.id: compare(r) for r in RUNS}
-
-_ZERO3 = ("DeepSpeed ZeRO-3 of 2021 without model parallelism: the measured step time does not "
-          "fall as GPUs are added at a fixed batch (a per-step cost that grows with the ranks), "
-          "which a prefetched ring at the network's rate does not reproduce")
-_TRITON = ("llm-foundry's attention kernel is not stated (its benchmark script defaults to its "
-           "Triton flash attention): timed at FlashAttention-2's published rates, these "
-           "attention-bound runs were measured slower")
-#: The published runs outside the tolerance, and why.
-KNOWN_MISSES = {
-    "narayanan2021-t2-zero3-175b-384": _ZERO3, "narayanan2021-t2-zero3-175b-768": _ZERO3,
-    "narayanan2021-t2-zero3-175b-1536": _ZERO3, "narayanan2021-t2-zero3-530b-640": _ZERO3,
-    "narayanan2021-t2-zero3-530b-1120": _ZERO3, "narayanan2021-t2-zero3-530b-2240": _ZERO3,
-    "llmfoundry-h100-bf16-mpt-1b-s32768-8gpu": _TRITON,
-    "llmfoundry-h100-bf16-mpt-1b-s65536-8gpu": _TRITON,
-    "llmfoundry-h100-fp8-mpt-1b-s8192-8gpu": _TRITON,
-    "llmfoundry-h100-fp8-mpt-1b-s32768-8gpu": _TRITON,
-}
-
 
 def test_the_set_is_large_and_independent():
     """At least 30 measurements from at least five independent teams."""
@@ -50,8 +33,8 @@ def test_the_set_is_large_and_independent():
 @pytest.mark.parametrize("rid", sorted(COMPARED))
 def test_every_published_run_within_tolerance(rid):
     c = COMPARED[rid]
-    if rid in KNOWN_MISSES:
-        assert not c.within, f"{rid} is now within {TOLERANCE:.0%} ({c.ratio:.2f}): drop it from KNOWN_MISSES"
+    if rid in NOT_REPRODUCED:
+        assert not c.within, f"{rid} is now within {TOLERANCE:.0%} ({c.ratio:.2f}): drop it from NOT_REPRODUCED"
     else:
         assert c.within, (f"{rid}: predicted {c.predicted:,.0f} tokens/s per GPU, measured "
                           f"{c.run.measured:,.0f} ({c.run.measured_from}): ratio {c.ratio:.3f}")

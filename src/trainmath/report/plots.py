@@ -250,7 +250,16 @@ def _amount(value: Bytes | float, unit: str) -> str:
     return f"{value:,.3g}"
 
 
-_SCALE = {"GB": 1e9, "GiB": 2**30, "MB": 1e6, "TB": 1e12}
+_SCALE = {"GB": 1e9, "GiB": 2**30, "MB": 1e6, "TB": 1e12, "s": 1.0}
+
+
+def _size(value: Bytes | float) -> float:
+    """A mark's size before scaling: bytes, or a plain number (seconds)."""
+    return value.n if isinstance(value, Bytes) else float(value)
+
+
+def _axis_label(unit: str) -> str:
+    return "seconds" if unit == "s" else f"{unit} ({'10^9' if unit == 'GB' else '2^30'} bytes)"
 
 
 def _places(x: float) -> int:
@@ -299,12 +308,13 @@ def stacked_bar(parts: Mapping[str, Bytes], *, title: str,
     return Chart(fig, alt + ".")
 
 
-def stacked_bars(rows: Mapping[str, Mapping[str, Bytes]], *, title: str,
+def stacked_bars(rows: Mapping[str, Mapping[str, Bytes | float]], *, title: str,
                  colors: Mapping[str, str], limit: tuple[str, Bytes] | None = None,
                  unit: str = "GB") -> Chart:
     """One horizontal stacked bar per row (top to bottom in order), each part a colour named in
     ``colors`` and listed once in the legend, the row's total at its end, and an optional
-    ``limit`` drawn as a dashed line: several setups side by side.
+    ``limit`` drawn as a dashed line: several setups side by side. Parts are ``Bytes``, or
+    seconds with ``unit="s"``.
 
     Alt text: "Stacked bars: full: weights 13 GB, ...; total 135 GB. lora: ...".
     """
@@ -317,12 +327,12 @@ def stacked_bars(rows: Mapping[str, Mapping[str, Bytes]], *, title: str,
         for y, label in enumerate(labels):
             left = 0.0
             for kind, amount in rows[label].items():
-                ax.barh(y, amount.n / scale, left=left, height=0.6, color=color(colors[kind]),
+                ax.barh(y, _size(amount) / scale, left=left, height=0.6, color=color(colors[kind]),
                         edgecolor=color("background"), linewidth=1.2,
                         label=None if kind in drawn else kind)
                 drawn.add(kind)
-                left += amount.n / scale
-            total = sum(rows[label].values(), Bytes(0))
+                left += _size(amount) / scale
+            total = _total(rows[label].values())
             ax.annotate(_amount(total, unit), (left, y), xytext=(4, 0), textcoords="offset points",
                         va="center", ha="left")
             right = max(right, left)
@@ -334,14 +344,61 @@ def stacked_bars(rows: Mapping[str, Mapping[str, Bytes]], *, title: str,
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
         ax.set_xlim(0, right * 1.15)
-        ax.set_xlabel(f"{unit} ({'10^9' if unit == 'GB' else '2^30'} bytes)")
+        ax.set_xlabel(_axis_label(unit))
         set_title(ax, title, width=44)  # the row labels take part of the width
         fig.legend(ncols=3, loc="outside lower center", handlelength=1.2, columnspacing=1.2)
     alt = "Stacked bars: " + " ".join(
-        f"{label}: " + ", ".join(f"{k} {_amount(v, unit)}" for k, v in parts.items() if v.n)
-        + f"; total {_amount(sum(parts.values(), Bytes(0)), unit)}." for label, parts in rows.items())
+        f"{label}: " + ", ".join(f"{k} {_amount(v, unit)}" for k, v in parts.items() if _size(v))
+        + f"; total {_amount(_total(parts.values()), unit)}." for label, parts in rows.items())
     if limit is not None:
         alt += f" Against {limit[0]}: {_amount(limit[1], unit)}."
+    return Chart(fig, alt)
+
+
+def _total(values) -> Bytes | float:
+    values = list(values)
+    if values and all(isinstance(v, Bytes) for v in values):
+        return sum(values, Bytes(0))
+    return sum(_size(v) for v in values)
+
+
+def scatter(groups: Mapping[str, Sequence[tuple[float, float]]], *, title: str, xlabel: str,
+            ylabel: str, band: float | None = None,
+            colors: Sequence[str] = ("blue", "orange", "green", "red", "purple", "gray"),
+            height: float = 4.2) -> Chart:
+    """Points (x, y) by group on log axes, the line y = x, and with ``band`` the lines
+    y = (1 ± band)·x: predictions against measurements.
+
+    Alt text: "Scatter on log axes of <ylabel> against <xlabel>: <group> n points, from … to …;
+    … k of n points within ±band of y = x."
+    """
+    everything = [pt for pts in groups.values() for pt in pts]
+    lo = min(min(x, y) for x, y in everything) / 1.3
+    hi = max(max(x, y) for x, y in everything) * 1.3
+    fig, ax = figure(height=height)
+    with matplotlib.rc_context(_STYLE):
+        ax.plot([lo, hi], [lo, hi], color=color("text"), linewidth=1.0)
+        if band is not None:
+            for f in (1 - band, 1 + band):
+                ax.plot([lo, hi], [lo * f, hi * f], color=color("gray"), linewidth=1.0,
+                        linestyle="--")
+        for (name, pts), c in zip(groups.items(), colors):
+            ax.scatter([x for x, _ in pts], [y for _, y in pts], s=18, color=color(c),
+                       label=name, zorder=3)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        set_title(ax, title)
+        fig.legend(ncols=2, loc="outside lower center", handlelength=1.0, columnspacing=1.2)
+    alt = (f"Scatter on log axes of {ylabel} against {xlabel}: " + "; ".join(
+        f"{name} {len(pts)} points, from {min(x for x, _ in pts):,.3g} to "
+        f"{max(x for x, _ in pts):,.3g}" for name, pts in groups.items()) + ".")
+    if band is not None:
+        inside = sum(abs(y / x - 1) <= band for x, y in everything)
+        alt += f" {inside} of {len(everything)} points within ±{band:.0%} of y = x."
     return Chart(fig, alt)
 
 
