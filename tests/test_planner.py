@@ -131,7 +131,7 @@ def test_bad_input_says_what_would_work():
         plan("llama-3-70b", gpu="h100-sxm", gpus=7, seq_len=8192, global_batch=64)
     with pytest.raises(ValueError, match=r"no layout of 8 h100-sxm GPUs fits llama-3-405b .*accepted: more GPUs"):
         plan("llama-3-405b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64)
-    with pytest.raises(ValueError, match=r"sustained must be a number in \(0, 1.2\], got 0"):
+    with pytest.raises(ValueError, match=r"sustained must be a share in \(0, 1\], such as 0.7, got 0"):
         plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64, sustained=0)
     with pytest.raises(ValueError, match="unknown attention kernel 'fa9'"):
         plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64, kernel="fa9")

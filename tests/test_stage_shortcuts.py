@@ -70,5 +70,5 @@ def test_plan_is_memoised():
     kw = dict(gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64)
     assert plan("llama-3-8b", **kw) is plan("llama-3-8b", **kw)
     assert plan("llama-3-8b", layout={"dp": 8}, **kw) is plan("llama-3-8b", layout={"dp": 8}, **kw)
-    with pytest.raises(ValueError, match=r"sustained must be a number in \(0, 1.2\], got True"):
+    with pytest.raises(ValueError, match=r"sustained must be a share in \(0, 1\], such as 0.7, got True"):
         plan("llama-3-8b", sustained=True, **kw)  # not taken for sustained=1

@@ -69,7 +69,7 @@ BAD = [
     (["--params", "7e9", "--dp", "0"], "dp"),
     (["--model", "llama-3-8b", "--seq-len", "abc"], "seq-len"),
     (["--model", "llama-3-8b", "--params", "7e9"], "params"),
-    (["--model", "llama-3-8b", "--seq-len", "90000"], "seq-len"),
+    (["--model", "gpt3-175b", "--seq-len", "4096"], "seq-len"),
     (["--layers", "2", "--seq-len", "128"], "hidden"),
     (["--model", "llama-3-8b", "--gpu-memory", "lots"], "gpu-memory"),
     (["--params", "7e9", "--tp", "2"], "tp"),

@@ -688,14 +688,15 @@ def _build() -> list[Case]:
     pl("llama-3-8b-explain-top5", *base, "--explain", "--top", "5")
     pl("llama-3-8b-top-1", *base, "--top", "1")
     pl("llama-3-8b-top-50", *base, "--top", "50")
-    pl("llama-3-8b-latency", *base, "--latency")
-    pl("llama-3-70b-latency-json", "llama-3-70b", "h100-sxm", 64, 8192, 256, "--latency",
+    # the step-time model's settings (issue 20 replaced --achievable, --overlap-* and --latency)
+    pl("llama-3-8b-tp-overlap", *base, "--tp-overlap")
+    pl("llama-3-70b-tp-overlap-json", "llama-3-70b", "h100-sxm", 64, 8192, 256, "--tp-overlap",
        "--json")
-    pl("llama-3-8b-overlap-all", *base, "--overlap-dp", "0.5", "--overlap-tp", "0.3",
-       "--overlap-pp", "1", "--overlap-cp", "0.25")
-    pl("llama-3-70b-overlap-dp0", "llama-3-70b", "h100-sxm", 64, 8192, 256, "--overlap-dp", "0")
-    pl("llama-3-8b-achievable-0.45", *base, "--achievable", "0.45")
-    pl("llama-3-8b-achievable-1", *base, "--achievable", "1")
+    pl("llama-3-8b-no-overlap", *base, "--no-overlap")
+    pl("llama-3-70b-kernel-fa2", "llama-3-70b", "h100-sxm", 64, 8192, 256, "--attention-kernel",
+       "fa2")
+    pl("llama-3-8b-sustained-0.45", *base, "--sustained", "0.45")
+    pl("llama-3-8b-sustained-1", *base, "--sustained", "1")
     pl("llama-3-70b-nvlink-network", "llama-3-70b", "h100-sxm", 64, 8192, 256, "--nvlink",
        "900", "--network", "25")
     pl("llama-3-70b-tp-across-nodes", "llama-3-70b", "a100-sxm", 64, 4096, 128,
@@ -788,9 +789,10 @@ def _build() -> list[Case]:
     plan_bad("params-only", "--params", "8B", *without("--model"), tags=("params",))
     plan_bad("gpus-zero", *without("--gpus"), "--gpus", "0")
     plan_bad("global-batch-word", *without("--global-batch"), "--global-batch", "big")
-    plan_bad("achievable-above-one", *full, "--achievable", "1.5")
-    plan_bad("achievable-zero", *full, "--achievable", "0")
-    plan_bad("achievable-word", *full, "--achievable", "most")
+    plan_bad("sustained-above-one", *full, "--sustained", "1.5")
+    plan_bad("sustained-zero", *full, "--sustained", "0")
+    plan_bad("sustained-word", *full, "--sustained", "most")
+    plan_bad("unknown-kernel", *full, "--attention-kernel", "fa9")
     plan_bad("nvlink-zero", *full, "--nvlink", "0")
     plan_bad("network-negative", *full, "--network", "-50")
     plan_bad("overlap-dp-above-one", *full, "--overlap-dp", "2")

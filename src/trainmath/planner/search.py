@@ -49,8 +49,7 @@ from ..runs.estimates import _peak
 from ..runs.rules import MODEL_SHAPE, fsdp2_problems, positions_problems, positions_warning
 from ..time.flops import flops_per_token
 from ..time.network import Fabric
-from ..time.step import Overlap, step_time
-from ..time.attention import FLASH_KERNELS
+from ..time.step import Overlap, Timing, step_time
 from ..units import Bytes, choice, positive_int
 from .candidates import Candidate, Plan
 
@@ -299,14 +298,7 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     node = net.node_gpus if node_gpus is None else positive_int("node_gpus", node_gpus)
     nvlink = net.nvlink if nvlink is None else _rate("nvlink", nvlink)
     network = net.network if network is None else _rate("network", network)
-    if not isinstance(overlap, Overlap):
-        raise ValueError(f"overlap must be an Overlap, got {overlap!r}")
-    if sustained is not None and (isinstance(sustained, bool)
-                                   or not isinstance(sustained, (int, float))
-                                   or not 0 < sustained <= 1.2):
-        raise ValueError(f"sustained must be a number in (0, 1.2], got {sustained!r}")
-    if kernel is not None:
-        choice("attention kernel", kernel, FLASH_KERNELS)
+    Timing(overlap=overlap, kernel=kernel, sustained=sustained)  # the time model's own checks
     max_v = positive_int("max_interleave", max_interleave)
     check(positions_problems(model, s))
     device = Gpu(gpu_memory, key)

@@ -57,9 +57,9 @@ def estimate_dict(e: Estimate) -> dict:
         "time": None if time is None else {
             "flops_per_token": time.flops_per_token, "counted": time.counted,
             "total_flops": time.total_flops, "peak_flops_per_gpu": time.peak.flops,
-            "peak": time.peak.describe(), "seconds": time.seconds,
-            "days": time.seconds / 86400, "gpu_hours": time.gpu_hours,
-            "tokens_per_second": time.tokens_per_second, "mfu": time.mfu,
+            "peak": time.peak.describe(), "seconds": _sig(time.seconds),
+            "days": _sig(time.seconds / 86400), "gpu_hours": _sig(time.gpu_hours),
+            "tokens_per_second": _sig(time.tokens_per_second), "mfu": _sig(time.mfu),
             "mfu_from": time.mfu_from},
         "finetune": _finetune_dict(e),
         "inputs": {
@@ -94,12 +94,19 @@ def estimate_dict(e: Estimate) -> dict:
     }
 
 
+def _sig(x: float) -> float:
+    """A predicted time or rate to 6 significant digits: what the model can claim, and the same
+    in every Python (the calculator's Pyodide rounds the last bits of a float differently)."""
+    return float(f"{x:.6g}")
+
+
 def time_dict(t) -> dict:
-    """A :class:`~trainmath.time.step.StepTime` as JSON: seconds by part, and per stage."""
-    return {"total": t.total, **{k.replace(" ", "_").replace("-", "_"): v
-                                 for k, v in t.parts().items()},
-            "recompute": t.recompute, "microbatches": t.microbatches,
-            "stage_seconds_per_microbatch": list(t.stages), "limit": t.limit}
+    """A :class:`~trainmath.time.step.StepTime` as JSON: seconds by part, and per stage (6
+    significant digits)."""
+    return {"total": _sig(t.total), **{k.replace(" ", "_").replace("-", "_"): _sig(v)
+                                       for k, v in t.parts().items()},
+            "recompute": _sig(t.recompute), "microbatches": t.microbatches,
+            "stage_seconds_per_microbatch": [_sig(x) for x in t.stages], "limit": t.limit}
 
 
 def _timing_dict(t) -> dict:
@@ -111,8 +118,8 @@ def _timing_dict(t) -> dict:
 
 def _step_dict(p) -> dict:
     f = p.fabric
-    return {"seconds": time_dict(p.time), "tokens_per_second": p.tokens_per_second,
-            "mfu": p.mfu, "peak": p.peak.describe(), "sustained": p.sustained,
+    return {"seconds": time_dict(p.time), "tokens_per_second": _sig(p.tokens_per_second),
+            "mfu": _sig(p.mfu), "peak": p.peak.describe(), "sustained": p.sustained,
             "attention_kernel": p.kernel, "overlap": p.timing.overlap.describe(),
             "gpus_per_node": f.node_gpus, "nvlink_bytes_per_s": f.nvlink,
             "network_bytes_per_s": f.network, "model_accuracy": accuracy()}
@@ -142,9 +149,10 @@ def candidate_dict(c: Candidate) -> dict:
         "status": c.status, "reason": c.reason, "rank": c.rank,
         "peak_bytes": None if c.peak is None else math.ceil(c.peak.n),
         "stages": list(lay.stages) or None,
-        "step_seconds": None if t is None else t.total,
+        "step_seconds": None if t is None else _sig(t.total),
         "time": None if t is None else time_dict(t),
-        "mfu": c.mfu, "tokens_per_second": c.tokens_per_second,
+        "mfu": None if c.mfu is None else _sig(c.mfu),
+        "tokens_per_second": None if c.tokens_per_second is None else _sig(c.tokens_per_second),
         "limit": None if t is None else t.limit,
     }
 
