@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml tools/mystclaims/pyproject.toml $(LOCK)
 		-e '.[precision,plots]' --group test --group docs -e ./tools/mystclaims
 	@touch $@
 
+# Every core (pytest-xdist; a file's tests, a page's examples among them, stay on one worker).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # Every published run's layout ranked by the planner (about a hundred plans, some 20 s): the
 # ranks "Plan a training run" shows are docs/_data/published-ranks.json, which this checks;
