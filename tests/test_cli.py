@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+import measured_device
+
 from trainmath.cli.command import main
 from trainmath.cli.flags import parse_count
 from trainmath.units import GB
@@ -76,12 +78,16 @@ def test_preset_with_activations_and_fit(capsys):
 def test_a_gpu_kind_is_checked_against_what_nvidia_smi_reports(capsys):
     """H100 SXM: nvidia-smi reports 81,559 MiB, 85.52 × 10^9 bytes. PyTorch AMP keeps 4 + 4 + 8
     bytes per parameter (fp32 weights and gradients, Adam's fp32 m and v); with a fused AdamW
-    the step adds nothing, so the peak is the 112 GB of states: 26.48 GB over."""
+    the step adds nothing, so the peak is the 112 GB of states, and nvidia-smi would show them
+    with the allocator's reserve and the CUDA context: over, by the process's memory."""
     argv = ("--params", "7B", "--recipe", "amp", "--optimizer-impl", "fused", "--gpu", "h100-sxm")
     status, out, _ = run(capsys, "estimate", *argv)
     assert status == 0
+    d = estimate_json(capsys, *argv)
+    over = (d["on_device"]["process"] - 81_559 * 2**20) / 1e9
+    assert d["peak"]["bytes"] == 112 * 10**9 and over > 112 - 85.52
     assert ("fits in one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it): no, "
-            "26.48 GB over at the peak") in out
+            f"{over:.2f} GB over at the process's memory, as nvidia-smi shows it") in out
     d = estimate_json(capsys, *argv)
     assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 81_559 * 2**20)
 
@@ -100,7 +106,9 @@ def test_readable_table(capsys):
     assert status == 0
     assert "  total               112.00 GB    104.31 GiB" in out
     assert "  peak of a step      140.00 GB    130.39 GiB   (optimizer step)" in out
-    assert "fits in 80 GB: no, 60.00 GB over at the peak" in out
+    process = estimate_json(capsys, "--params", "7B", "--gpu-memory", "80GB")["on_device"]["process"]
+    assert process == pytest.approx(measured_device.process(140 * 10**9), rel=1e-4)  # the H200's
+    assert f"fits in 80 GB: no, {(process - 80 * 10**9) / 1e9:.2f} GB over at the process's memory" in out
 
 
 @pytest.mark.parametrize("text", ["7e9", "7B", "7b", "7000000000", "7,000,000,000", "0.007T"])
@@ -262,7 +270,10 @@ def test_gpu_memory_overrides_the_gpu_s_memory(capsys):
     status, out, _ = run(capsys, "estimate", "--params", "7e9", "--gpu", "h100-sxm",
                          "--gpu-memory", "80GB")
     assert status == 0
-    assert "fits in one H100 SXM with 80 GB (--gpu-memory): no, 60.00 GB over at the peak" in out
+    process = estimate_json(capsys, "--params", "7e9", "--gpu", "h100-sxm", "--gpu-memory",
+                            "80GB")["on_device"]["process"]
+    assert (f"fits in one H100 SXM with 80 GB (--gpu-memory): no, "
+            f"{(process - 80 * 10**9) / 1e9:.2f} GB over at the process's memory") in out
     d = estimate_json(capsys, "--params", "7e9", "--gpu", "h100-sxm", "--gpu-memory", "80GB")
     assert (d["inputs"]["gpu"], d["inputs"]["gpu_memory"]) == ("h100-sxm", 80 * GB)
 
@@ -299,17 +310,21 @@ def test_zero3_without_a_shape_says_the_units_are_not_counted(capsys):
 
 
 def test_overhead_is_added_to_the_peak_for_the_fit(capsys):
-    """PyTorch AMP with a fused AdamW: 16 bytes per parameter at the peak (torch.amp docs), 84 GB
-    for 5.25B parameters: fits the 85.52 GB an H100 reports, not with 2 GB of overhead."""
-    argv = ("--params", "5.25B", "--recipe", "amp", "--optimizer-impl", "fused", "--gpu", "h100-sxm")
-    assert estimate_json(capsys, *argv)["fits"] is True
-    d = estimate_json(capsys, *argv, "--overhead", "2GB")
-    assert (d["overhead"], d["needed"], d["fits"]) == (2 * GB, 86 * GB, False)
-    assert d["inputs"]["overhead"] == 2 * GB
-    status, out, _ = run(capsys, "estimate", *argv, "--overhead", "2GB")
-    assert "  overhead              2.00 GB      1.86 GiB   (--overhead: CUDA context" in out
-    assert "  peak + overhead      86.00 GB     80.09 GiB" in out
-    assert "no, 0.48 GB over at the peak with the overhead" in out
+    """PyTorch AMP with a fused AdamW: 16 bytes per parameter at the peak (torch.amp docs), 72 GB
+    for 4.5B parameters: as nvidia-smi would show it (the allocator's reserve, the context) it
+    fits the 85.52 GB an H100 reports, and not with 10 GB of overhead on top."""
+    argv = ("--params", "4.5B", "--recipe", "amp", "--optimizer-impl", "fused", "--gpu", "h100-sxm")
+    d = estimate_json(capsys, *argv)
+    process = measured_device.process(72 * 10**9)
+    assert d["fits"] is True and d["on_device"]["process"] == pytest.approx(process, rel=1e-4)
+    process = d["on_device"]["process"]
+    d = estimate_json(capsys, *argv, "--overhead", "10GB")
+    assert (d["overhead"], d["fits"]) == (10 * GB, False)
+    assert d["needed"] == process + 10 * GB
+    assert d["inputs"]["overhead"] == 10 * GB
+    status, out, _ = run(capsys, "estimate", *argv, "--overhead", "10GB")
+    assert "  overhead             10.00 GB      9.31 GiB   (--overhead: what no part above counts)" in out
+    assert f"no, {(process + 10 * GB - 81_559 * 2**20) / 1e9:.2f} GB over at the process's memory" in out
 
 
 def test_offload_optimizer_moves_the_states_to_the_cpu(capsys):
@@ -322,7 +337,8 @@ def test_offload_optimizer_moves_the_states_to_the_cpu(capsys):
     assert d["per_device"] == {"weights": 2 * psi, "gradients": 0, "master_weights": 0,
                                "optimizer_states": 0, "activations": None, "total": 2 * psi}
     assert d["host"] == {"per_device": 2 * psi, "per_node": 16 * psi}
-    assert d["needed"] == 2 * psi  # the step runs on the CPU
+    assert d["peak"]["bytes"] == 2 * psi  # the step runs on the CPU
+    assert d["needed"] == d["on_device"]["process"] > 2 * psi  # as nvidia-smi would show it
     assert (d["inputs"]["offload"], d["inputs"]["gpus_per_node"]) == ("optimizer", 8)
     status, out, _ = run(capsys, "estimate", "--params", "7e9", "--dp", "8", "--zero", "2",
                          "--offload", "optimizer", "--gpus-per-node", "8")

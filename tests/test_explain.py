@@ -59,7 +59,7 @@ def test_every_figure_has_its_arithmetic_and_the_formula_gives_it(name):
     kinds = ["weights", "gradients", "master weights", "optimizer states"]
     offload = est.training.offload != "none"
     expected = kinds + (["activations"] if est.activations is not None else []) + (
-        ["host memory"] if offload else []) + ["total", "peak of a step"] + (
+        ["host memory"] if offload else []) + ["total", "peak of a step", "process memory"] + (
         ["fits"] if est.fits is not None else []) + (["step time"] if est.step else []) + (
         ["time to train"] if est.time else [])
     assert list(terms) == expected

@@ -14,6 +14,8 @@ from fractions import Fraction
 
 import pytest
 
+import measured_device
+
 from trainmath.report.data import estimate_dict, estimate_json
 from trainmath import Estimate, Run, estimate, run
 from trainmath.cli.command import main
@@ -138,22 +140,27 @@ def test_llama_3_70b_params_and_fit():
 
 
 def test_fits_against_the_gpu():
-    """16Ψ = 112 GB for 7B: over an 80 GB GPU, under a 141 GB one."""
+    """16Ψ = 112 GB for 7B after the step, 140 GB at it (the step's fp32 gradient copies): as
+    nvidia-smi would show it, over an 80 GB GPU and a 141 GB one, under 160 GB."""
     assert estimate(run(7_000_000_000, gpu_memory="80GB")).fits is False
-    assert estimate(run(7_000_000_000, gpu_memory="141GB")).fits is True
+    assert estimate(run(7_000_000_000, gpu_memory="141GB")).fits is False
+    assert measured_device.process(140 * 10**9) < 160 * 10**9
+    assert estimate(run(7_000_000_000, gpu_memory="160GB")).fits is True
     assert estimate(run(7_000_000_000)).fits is None
 
 
 def test_a_gpu_kind_fits_against_what_nvidia_smi_reports():
     """An H100 "80GB" reports 81,559 MiB (nvidia-smi): 112 GB of state still does not fit one,
-    and a run of 84 GB, over the label read as 80 × 10^9 bytes, does. PyTorch AMP keeps 16 bytes
-    per parameter (4 + 4 + 8) and a fused AdamW adds nothing at the step: the peak is the states."""
+    and a run whose process would show 80.3 GB, over the label read as 80 × 10^9 bytes, does.
+    PyTorch AMP keeps 16 bytes per parameter (4 + 4 + 8) and a fused AdamW adds nothing at the
+    step: the peak is the states."""
     h100 = Gpu(kind="h100-sxm")
     assert h100.memory.n == 81_559 * 2**20 and h100.name == "H100 SXM"
     amp = dict(recipe="amp", optimizer_impl="fused")
     assert estimate(run(7_000_000_000, gpu="h100-sxm", **amp)).fits is False
-    assert estimate(run(5_250_000_000, gpu="h100-sxm", **amp)).fits is True  # 84 GB
-    assert estimate(run(5_250_000_000, gpu_memory="80GB", **amp)).fits is False
+    assert 80 * 10**9 < measured_device.process(76 * 10**9) < 81_559 * 2**20
+    assert estimate(run(4_750_000_000, gpu="h100-sxm", **amp)).fits is True  # 76 GB
+    assert estimate(run(4_750_000_000, gpu_memory="80GB", **amp)).fits is False
     d = estimate_dict(estimate(run(7_000_000_000, gpu="h200")))["inputs"]
     assert (d["gpu"], d["gpu_memory"]) == ("h200", 143_771 * 2**20)
 
@@ -198,7 +205,7 @@ def test_the_command_prints_the_library_estimate():
     assert list(d) == ["params", "active_params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
                        "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
-                       "host", "step", "time", "finetune", "inputs"]
+                       "host", "on_device", "step", "time", "finetune", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
 
@@ -371,11 +378,13 @@ def test_offload_matches_deepspeed_s_own_estimate():
 
 def test_overhead_and_a_gpu_memory_that_overrides_the_kind():
     """16Ψ = 112 GB for 7B (ZeRO §3.1) plus the optimizer step's fp32 gradient copies, 4Ψ: the
-    step's peak is 140 GB; with 10 GB of overhead it needs 150 GB, more than a 141 GB card."""
-    e = estimate(run(7_000_000_000, gpu="h200", gpu_memory="141GB", overhead="10GB"))
-    assert (e.peak.bytes, e.needed) == (Bytes(140 * 10**9), Bytes(150 * 10**9))
+    step's peak is 140 GB; as nvidia-smi would show it, and with 2 GB of overhead, more than a
+    141 GB card, less than the 150.75 GB an H200 reports."""
+    e = estimate(run(7_000_000_000, gpu="h200", gpu_memory="141GB", overhead="2GB"))
+    assert e.peak.bytes == Bytes(140 * 10**9)
+    assert float(e.needed.n) == pytest.approx(measured_device.process(140 * 10**9) + 2e9, rel=1e-4)
     assert e.fits is False and e.run.gpu.kind == "h200"
-    assert estimate(run(7_000_000_000, gpu="h200", overhead="10GB")).fits is True  # 150.75 GB
+    assert estimate(run(7_000_000_000, gpu="h200", overhead="2GB")).fits is True  # 150.75 GB
     assert Gpu(kind="a100-80gb").kind == "a100-sxm"
 
 

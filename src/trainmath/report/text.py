@@ -86,12 +86,10 @@ def render(est: Estimate) -> str:
     if est.gathered is None and t.zero_stage == 3 and shape is None:
         lines.append(f"  {'gathered units':<17}{'not counted':>12}   (needs a model shape: a "
                      "unit is a layer)")
-    if est.overhead.n or r.gpu is not None:
-        what = ("--overhead: CUDA context, workspaces, NCCL buffers, fragmentation"
-                if est.overhead.n else "none given: see --overhead")
-        lines.append(row("overhead", est.overhead) + f"   ({what})")
-        if est.overhead.n:
-            lines.append(row("peak + overhead", est.needed))
+    lines.extend(_device_lines(est, row))
+    if est.overhead.n:
+        lines.append(row("overhead", est.overhead) + "   (--overhead: what no part above counts)")
+        lines.append(row("process + overhead", est.needed))
     verdict = fit(est)
     if verdict is not None:
         lines.append(f"fits in {verdict.where}: {verdict.verdict}")
@@ -147,6 +145,27 @@ def _host_lines(est: Estimate) -> list[str]:
         lines.append(f"  per node         {node.format('GB', 2):>12}  {node.format('GiB', 2):>12}"
                      f"   ({n} GPU{'s' if n > 1 else ''})")
     return lines
+
+
+def _device_lines(est: Estimate, row) -> list[str]:
+    """The three figures the GPU shows: allocated (the peak), reserved and process, with their
+    bands and what sits between them."""
+    d = est.on_device
+    if d is None:
+        return []
+    out = ["on the GPU, as PyTorch and nvidia-smi count it (typical, and the band measured):",
+           row("allocated", d.allocated) + "   max_memory_allocated(): the tensors' peak",
+           row("reserved", d.reserved.typical) + f"   max_memory_reserved(): "
+           f"{d.reserved.low.format('GB', 1)}–{d.reserved.high.format('GB', 1)} (fragmentation)",
+           row("  expandable", d.reserved_expandable.typical) + "   the same with "
+           "expandable_segments:True"]
+    for name, what, band in d.outside:
+        spread = (f": {band.low.format('GB', 2)}–{band.high.format('GB', 2)}"
+                  if band.low != band.high else " (one measurement)")
+        out.append(row(f"  + {name}", band.typical) + f"   {what}{spread}")
+    out.append(row("process", d.process.typical) + "   what nvidia-smi shows: "
+               f"{d.process.low.format('GB', 1)}–{d.process.high.format('GB', 1)}")
+    return out
 
 
 def step_lines(st, indent: str = "  ") -> list[str]:
@@ -205,7 +224,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
              f"{f.network / 1e9:g} GB/s per GPU each way",
              f"the step-time model: {accuracy()}",
              f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
-             f" rank  dp   tp  pp  cp{'  ep' if moe else ''}   v  ZeRO  recompute  b   peak GB  step s   MFU   tokens/s  limited by"]
+             f" rank  dp   tp  pp  cp{'  ep' if moe else ''}   v  ZeRO  recompute  b    GPU GB  step s   MFU   tokens/s  limited by"]
     rows = list(p.ranking[:top])
     if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
         rows.append(p.user)
@@ -215,7 +234,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
         step = "-" if c.time is None else f"{c.time.total:.2f}"
         mfu = "-" if c.mfu is None else f"{c.mfu:.1%}"
         tps = "-" if c.tokens_per_second is None else f"{c.tokens_per_second:,.0f}"
-        peak = "-" if c.peak is None else f"{c.peak.to('GB'):.1f}"
+        peak = "-" if c.process is None else f"{c.process.to('GB'):.1f}"
         limit = "" if c.time is None else c.time.limit
         if c.status != "kept":
             limit = "does not fit"
@@ -238,8 +257,9 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
             lines.append(f"{'':29}{rank:>4} " + "  ".join(f"{parts[n]:>9.3f}" for n in shown))
     if explain:
         lines.extend(plan_reasons(p, top))
-    lines.append(f"MFU: model FLOPs (6N + 12Lhs per token) over the dense {p.precision} peak; memory:")
-    lines.append("  the step's peak from trainmath estimate (GB = 10^9 bytes)")
+    lines.append(f"MFU: model FLOPs (6N + 12Lhs per token) over the dense {p.precision} peak; GPU GB:")
+    lines.append("  what nvidia-smi would show, the step's peak with the allocator's reserve and what")
+    lines.append("  sits outside it, as trainmath estimate counts them (GB = 10^9 bytes)")
     return "\n".join(lines)
 
 
@@ -247,7 +267,8 @@ def plan_reasons(p: Plan, top: int = 10) -> list[str]:
     """For the best layout, why each other layout of the first ``top`` lost, one line each."""
     best = p.best
     lines = [f"best: {best.describe()}: {best.time.total:.2f} s per step, "
-             f"{best.peak.format('GB', 1)} peak, limited by {best.time.limit}"]
+             f"{best.process.format('GB', 1)} on the GPU ({best.peak.format('GB', 1)} peak), "
+             f"limited by {best.time.limit}"]
     b = best.time
     for c in p.ranking[1:top]:
         t = c.time

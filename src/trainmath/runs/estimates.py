@@ -47,6 +47,7 @@ from ..hardware import Peak, gpu as _accelerator
 from ..memory.activations import LayerActivations
 from ..derivations import Derivation, bytes_text
 from ..memory.finetune import AdapterStates, _adapter_states, adapter_derivations
+from ..memory.device import OnDevice, on_device
 from ..memory.peak import GatheredUnits, StepPeak, _step_peak
 from ..memory.recipes import bytes_per_param, peak_precision, recipe
 from ..memory.sharding import _zero_states
@@ -153,6 +154,9 @@ class Estimate:
     time: TrainingTime | None = None
     #: with a shape, a sequence, a global batch and a GPU kind: the predicted step
     step: StepPrediction | None = None
+    #: the three figures the GPU shows for the peak: allocated, reserved, process
+    #: (:mod:`trainmath.memory.device`)
+    on_device: OnDevice | None = None
     #: how each figure was computed, recorded where it was: the four kinds of model state, the
     #: activations (when counted), host memory (with offload), the total, the peak, whether it
     #: fits (with a GPU) and the time to train (with a budget), in that order
@@ -202,13 +206,13 @@ class Estimate:
 
     @property
     def needed(self) -> Bytes:
-        """The step's :attr:`peak` plus the :attr:`overhead`: what :attr:`fits` compares."""
-        return self.peak.bytes + self.run.overhead
+        """What :attr:`fits` compares with the GPU's memory: the process's memory as nvidia-smi
+        shows it (:attr:`on_device`, typical), plus the run's :attr:`overhead`."""
+        return _typical_process(self) + self.run.overhead
 
     @property
     def fits(self) -> bool | None:
-        """Whether the step's :attr:`peak` and the run's overhead fit the GPU's memory; None
-        without a GPU."""
+        """Whether the process's memory (:attr:`needed`) fits the GPU's; None without a GPU."""
         return None if self.run.gpu is None else self.needed <= self.run.gpu.memory
 
     @property
@@ -268,6 +272,7 @@ def estimate(run: Run) -> Estimate:
         time = _time(run, None)
         return Estimate(run=run, stages=(device,), device=device, layer=None, microbatches=None,
                         bubble=None, peak=peak, host=host, time=time,
+                        on_device=_on_device(run, peak),
                         derivations=_derivations(run, kinds, before, device, None, peak=peak,
                                                  peak_stage=0, host=host, time=time))
     m = None
@@ -293,6 +298,7 @@ def estimate(run: Run) -> Estimate:
     return Estimate(run=run, stages=stages, device=device, layer=layer, microbatches=m,
                     bubble=bubble, peak=peaks[top], peak_stage=top, saved=stage_acts,
                     gathered=inputs[top].gathered, host=host, time=time, step=step,
+                    on_device=_on_device(run, peaks[top]),
                     derivations=_derivations(run, kinds, before, device, acts, peak=peaks[top],
                                              peak_stage=top, host=host, time=time, step=step))
 
@@ -391,8 +397,10 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
                           device.total, Bytes(total), "the sum of the kinds above; not the peak, "
                           "which counts what is alive at one moment", "states"))
     out.append(peak.derivation(f" on pipeline stage {peak_stage}" if lay.pp > 1 else ""))
+    shown = _on_device(run, peak)
+    out.append(_device_derivation(shown))
     if run.gpu is not None:
-        out.append(_fit_derivation(run, peak))
+        out.append(_fit_derivation(run, shown))
     if step is not None:
         out.append(_step_derivation(run, step))
     if time is not None:
@@ -400,22 +408,40 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     return tuple(out)
 
 
-def _fit_derivation(run: Run, peak: StepPeak) -> Derivation:
-    """The comparison ``fits`` makes: the peak (plus the overhead) against the GPU's memory."""
-    need, cap = Bytes(math.ceil(peak.bytes.n)), Bytes(math.ceil(run.gpu.memory.n))
+def _device_derivation(d: OnDevice) -> Derivation:
+    """The process's memory as nvidia-smi shows it: the allocator's reserve over the tensors'
+    peak, and what sits outside the allocator."""
+    parts = [("reserved", d.reserved)] + [(name, band) for name, _, band in d.outside]
+    return Derivation(
+        "process memory", "reserved (allocated × measured ratio) + CUDA context + kernels + NCCL",
+        (("allocated", f"the step's peak, {bytes_text(math.ceil(d.allocated.n))}"),
+         *((name, f"{band.describe()}: {band.source}") for name, band in parts)),
+        " + ".join(bytes_text(math.ceil(b.typical.n)) for _, b in parts)
+        + f" = {bytes_text(math.ceil(d.process.typical.n))} (band "
+        f"{bytes_text(math.ceil(d.process.low.n))} to {bytes_text(math.ceil(d.process.high.n))})",
+        None, None, "trainmath.memory.device: the allocator's ratio and the parts outside it, "
+        "measured on an H200 and in public NCCL and PyTorch threads", "peak")
+
+
+def _fit_derivation(run: Run, d: OnDevice) -> Derivation:
+    """The comparison ``fits`` makes: the process's memory (plus the overhead) against the
+    GPU's."""
+    need, cap = Bytes(math.ceil(d.process.typical.n)), Bytes(math.ceil(run.gpu.memory.n))
     name = run.gpu.name or "the device"
     over = Bytes(math.ceil(run.overhead.n))
     fits = need + over <= cap
     verdict, rel = ("fits", "≤") if fits else ("does not fit", ">")
     if over.n:  # what no formula counts, as given (--overhead)
-        formula = "peak + overhead ≤ memory"
-        inputs = (("peak", bytes_text(need.n)), ("overhead", f"as given: {bytes_text(over.n)}"),
+        formula = "process + overhead ≤ memory"
+        inputs = (("process", f"as nvidia-smi shows it, {bytes_text(need.n)}"),
+                  ("overhead", f"as given: {bytes_text(over.n)}"),
                   ("memory", f"{name}: {bytes_text(cap.n)}"))
         arithmetic = (f"{bytes_text(need.n)} + {bytes_text(over.n)} = "
                       f"{bytes_text(need.n + over.n)} {rel} {bytes_text(cap.n)}: {verdict}")
     else:
-        formula = "peak ≤ memory"
-        inputs = (("peak", bytes_text(need.n)), ("memory", f"{name}: {bytes_text(cap.n)}"))
+        formula = "process ≤ memory"
+        inputs = (("process", f"as nvidia-smi shows it, {bytes_text(need.n)}"),
+                  ("memory", f"{name}: {bytes_text(cap.n)}"))
         arithmetic = f"{bytes_text(need.n)} {rel} {bytes_text(cap.n)}: {verdict}"
     source = ("the usable memory nvidia-smi reports (trainmath.hardware.GpuMemory)"
               if run.gpu.kind else "the memory given")
@@ -435,6 +461,18 @@ def _time_derivation(time: TrainingTime) -> Derivation:
         f"days; {time.gpu_hours:,.0f} GPU-hours", None, None,
         "trainmath.time.flops.time_to_train: Kaplan et al. 2020 (§2.1), Chowdhery et al. 2022 "
         "(Appendix B)", "time")
+
+
+def _typical_process(est: "Estimate") -> Bytes:
+    d = est.on_device
+    return est.peak.bytes if d is None else d.process.typical
+
+
+def _on_device(run: Run, peak: StepPeak) -> OnDevice:
+    """The three counters of the step's peak on the run's GPU."""
+    kind = None if run.gpu is None else run.gpu.kind
+    node = run.gpus_per_node or run.timing.node_gpus or 8
+    return on_device(peak.bytes, gpu=kind, layout=run.layout, node_gpus=node)
 
 
 def _step(run: Run) -> StepPrediction | None:
@@ -526,6 +564,6 @@ def _adapter_estimate(run: Run) -> Estimate:
                                      states=states, activations=stage))
     kinds = adapter_derivations(shape, a, recipe(t.recipe), t.optimizer, states)
     return Estimate(run=run, stages=(device,), device=device, layer=layer, microbatches=None,
-                    bubble=None, peak=peak, saved=(stage,),
+                    bubble=None, peak=peak, saved=(stage,), on_device=_on_device(run, peak),
                     derivations=_derivations(run, kinds, device, device, stage, peak=peak,
                                              peak_stage=0, host=Bytes(0), time=None))
