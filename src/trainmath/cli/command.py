@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,11 +28,14 @@ from ..parallel.layout import Batch, Layout, gpus_problems
 from ..planner.candidates import Plan
 from ..planner.search import plan
 from ..problems import Invalid, Problem, check
-from ..report.data import estimate_json, plan_json
-from ..report.text import render, render_plan
+from ..report.data import check_json, estimate_json, plan_json
+from ..report.text import render, render_check, render_plan
 from ..runs.description import Budget, Gpu, Run
 from ..runs.estimates import Estimate, estimate
 from ..runs.rules import time_problems
+from ..checks.diagnosis import Diagnosis, diagnose
+from ..checks.loglines import read_log
+from ..checks.oom import read_oom
 from ..time.step import Overlap, Timing
 from .flags import PROG, UsageError, build_parser
 
@@ -144,6 +148,9 @@ def execute(argv: Sequence[str]) -> Outcome:
         if args.command == "plan":
             result = _plan(args)
             out = plan_json(result) if args.json else render_plan(result, args.top, args.explain)
+        elif args.command == "check":
+            result = _check(args)
+            out = check_json(result) if args.json else render_check(result)
         else:
             result = estimate(to_run(args))
             out = estimate_json(result) if args.json else render(result)
@@ -164,6 +171,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- trainmath plan ------------------------------------------------------------------------------
+def _text(value: str | None, what: str) -> str | None:
+    """A check's input: the text itself, standard input for -, else the file it names."""
+    if value is None:
+        return None
+    if value == "-":
+        return sys.stdin.read()
+    if "\n" in value or len(value) > 255 or not Path(value).exists():
+        if "\n" not in value and len(value) <= 255 and ("/" in value or value.endswith((".txt", ".log"))):
+            raise UsageError(f"--{what}: no file {value!r}; accepted: a file, - for standard input, "
+                             "or the text itself")
+        return value
+    return Path(value).read_text(encoding="utf-8", errors="replace")
+
+
+def _check(args: argparse.Namespace) -> Diagnosis:
+    """The :class:`~trainmath.checks.diagnosis.Diagnosis` the parsed flags ask for."""
+    if (args.measured is None) != (args.counter is None):
+        given, missing = ("--measured", "--counter") if args.counter is None else ("--counter",
+                                                                                    "--measured")
+        raise UsageError(f"{given} needs {missing} as well; accepted: --measured SIZE --counter "
+                         "allocated|reserved|process")
+    oom_text, log_text = _text(args.oom, "oom"), _text(args.log, "log")
+    oom = None if oom_text is None else read_oom(oom_text)
+    readings = () if log_text is None else read_log(log_text)
+    measured = () if args.measured is None else ((args.counter, args.measured),)
+    return diagnose(estimate(to_run(args)), oom=oom, readings=readings, measured=measured)
+
+
 def _overlap(args: argparse.Namespace) -> Overlap:
     """What the flags say the framework overlaps."""
     return Overlap(gradients=not args.no_overlap, parameters=not args.no_overlap,

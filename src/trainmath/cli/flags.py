@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
+from ..checks.loglines import COUNTERS
 from ..hardware import GPU_ALIASES, GPUS
 from ..memory.finetune import METHODS, TARGETS, parse_targets
 from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
@@ -230,6 +231,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("every parallel layout that fits, ranked by predicted step time",
              "Rank the layouts dp × tp × pp × cp (with ZeRO stage, recomputation, micro-batch and "
              "interleaving) of a model on GPUs by predicted step time."),
+    "check": ("a real run's memory against the estimate: measured, predicted, why they differ",
+              "Hold what a run showed (an out-of-memory message, a framework's memory log line, "
+              "or a reading of allocated, reserved or nvidia-smi memory) against the estimate of "
+              "the same run: predicted against measured, the rest, and its likely causes."),
 }
 
 #: Each subcommand's groups of flags, in the order --help and the form show them: (key, title).
@@ -240,12 +245,19 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
                  ("time", "the step-time model (with --global-batch and --gpu; stated in the "
                           "output)"),
                  ("finetune", "fine-tuning (LoRA, QLoRA)")),
+    "check": (("measured", "what the run showed"),
+              ("model", "model (a preset, a parameter count, or a shape)"),
+              ("training", "training"),
+              ("extras", "what the formulas leave out, offload, and time"),
+              ("time", "the step-time model (stated in the output)"),
+              ("finetune", "fine-tuning (LoRA, QLoRA)")),
     "plan": (("model", "model (a preset, or a shape)"), ("run", "the run"),
              ("assumptions", "assumptions (stated in the output)"), ("output", "output")),
 }
 
-_BOTH = ("estimate", "plan")
-_EST = ("estimate",)
+_BOTH = ("estimate", "plan", "check")  # the model flags
+_EST = ("estimate", "check")  # check describes the run with estimate's flags
+_CHECK = ("check",)
 _PLAN = ("plan",)
 _RECIPES = (*RECIPES, *RECIPE_ALIASES)
 _GPUS = (*GPUS, *GPU_ALIASES)
@@ -385,6 +397,18 @@ FLAGS: tuple[Flag, ...] = (
          "weight) instead of Double Quantization's 8-bit ones (0.127 bits)", kind="off",
          dest="double_quant"),
     Flag(("--json",), _EST, "", "one JSON object on stdout", kind="on", default=False),
+    # check: what the run showed
+    Flag(("--oom",), _CHECK, "measured", "PyTorch's out-of-memory message: a file, - for standard "
+         "input, or the message itself ([rankN]: prefixes, tracebacks and wrapped lines are fine)",
+         metavar="FILE"),
+    Flag(("--log",), _CHECK, "measured", "a framework's memory log line (Megatron-LM, "
+         "Megatron-Bridge, torchtitan, DeepSpeed, torchtune, verl, nvidia-smi): a file, -, or the "
+         "line itself", metavar="FILE"),
+    Flag(("--measured",), _CHECK, "measured", "a reading, e.g. 71.2GiB, of the counter --counter "
+         "names", parse=parse_memory, metavar="SIZE"),
+    Flag(("--counter",), _CHECK, "measured", "what --measured is: allocated "
+         "(torch.cuda.max_memory_allocated), reserved (max_memory_reserved) or process "
+         "(nvidia-smi's figure for the process)", choices=COUNTERS, what="counter"),
     # plan: the run
     Flag(("--gpu",), _PLAN, "run", "one of: " + ", ".join(_GPUS), choices=_GPUS, what="GPU",
          metavar="KIND", required=True),

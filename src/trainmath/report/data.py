@@ -200,3 +200,32 @@ def plan_dict(p: Plan) -> dict:
 def plan_json(p: Plan) -> str:
     """:func:`plan_dict`, indented by two spaces."""
     return json.dumps(plan_dict(p), indent=2)
+
+
+def check_dict(dg) -> dict:
+    """A :class:`~trainmath.checks.diagnosis.Diagnosis` as ``trainmath check --json`` prints it:
+    the estimate's JSON, the OOM message's figures (whole bytes), each reading against its band,
+    the causes and the unexplained rest."""
+    o = dg.oom
+    return {
+        "estimate": estimate_dict(dg.estimate),
+        "oom": None if o is None else {
+            "requested": _whole(o.requested), "capacity": _whole(o.capacity),
+            "free": _whole(o.free), "process": _whole(o.process), "allocated": _whole(o.allocated),
+            "reserved_unallocated": _whole(o.reserved_unallocated),
+            "private_pools": _whole(o.private_pools), "form": o.form, "gpu": o.gpu_index,
+            "rank": o.rank},
+        "fragmentation": None if o is None else o.fragmentation,
+        "readings": [{"counter": c.counter, "measured": _whole(c.measured),
+                      "predicted": _band(c.predicted), "within": c.within, "source": c.source}
+                     for c in dg.comparisons],
+        "causes": [{"name": c.name, "figure": c.figure,
+                    "accounts": None if c.accounts is None else _whole(c.accounts)}
+                   for c in dg.causes],
+        "unexplained": _whole(dg.unexplained),
+    }
+
+
+def check_json(dg) -> str:
+    """:func:`check_dict`, indented by two spaces."""
+    return json.dumps(check_dict(dg), indent=2)

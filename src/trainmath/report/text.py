@@ -278,3 +278,52 @@ def plan_reasons(p: Plan, top: int = 10) -> list[str]:
         why = " and ".join(f"{k} +{v:.2f} s" for v, k in worst) or "equal time, more memory"
         lines.append(f"#{c.rank} {c.describe()}: {t.total - b.total:+.2f} s per step: {why}")
     return lines
+
+
+def _binary(b) -> str:
+    """A size as PyTorch's messages print it: MiB under a GiB, GiB above, two decimals."""
+    return b.format("MiB", 2) if b.n < 2**30 else b.format("GiB", 2)
+
+
+def render_check(dg) -> str:
+    """A :class:`~trainmath.checks.diagnosis.Diagnosis` as ``trainmath check`` prints it: the
+    run, each reading against its predicted band, the likely causes in order, and the rest."""
+    est = dg.estimate
+    r, shape = est.run, est.run.shape
+    name = "--params" if shape is None else shape.name
+    lines = [f"{name}: {est.params:,} parameters, recipe {r.training.recipe}, ZeRO stage "
+             f"{r.training.zero_stage}, {r.layout.describe()}"]
+    if dg.oom is not None:
+        o = dg.oom
+        where = f"GPU {o.gpu_index}" if o.gpu_index is not None else "the GPU"
+        rank = f" (rank {o.rank})" if o.rank is not None else ""
+        lines.append(f"out of memory on {where}{rank} ({o.form} wording): tried to allocate "
+                     f"{_binary(o.requested)} of {_binary(o.capacity)}, {_binary(o.free)} free; "
+                     f"allocated {_binary(o.allocated)}, reserved but unallocated "
+                     f"{_binary(o.reserved_unallocated)}"
+                     + ("" if o.process is None else f", this process {_binary(o.process)}"))
+        lines.append("  fragmentation: " + (
+            "yes: the reserved but unallocated memory alone would have held the request"
+            if o.fragmentation else "no: the request was larger than the reserved but "
+                                    "unallocated memory"))
+    lines.append("measured against predicted (GB = 10^9 bytes; predicted: typical, and its band):")
+    for c in dg.comparisons:
+        mark = "within" if c.within else ("above" if c.gap > 0 else "below")
+        lines.append(f"  {c.counter:<10} measured {c.measured.format('GB', 2):>10}, predicted "
+                     f"{c.predicted.describe()}: {mark} [{c.source}]")
+    if dg.causes:
+        lines.append("likely causes, most likely first:")
+        for i, cause in enumerate(dg.causes, 1):
+            lines.append(f"  {i}. {cause.name}: {cause.figure}")
+    elif all(c.within for c in dg.comparisons):
+        lines.append("every reading is within its predicted band")
+    if dg.unexplained is not None:
+        lines.append(f"beyond the band and not explained by these: "
+                     f"{dg.unexplained.format('GB', 2)}" if dg.unexplained.n else
+                     "the causes named could account for all of it beyond the band")
+    fits = fit(est)
+    if fits is not None:
+        lines.append(f"the estimate's verdict for {fits.where}: {fits.verdict}")
+    lines.append("sources: trainmath.memory.device (the counters and their bands), "
+                 "trainmath.checks.oom and trainmath.checks.loglines (the readings)")
+    return "\n".join(lines)
