@@ -68,7 +68,11 @@ NAMES_NOT_NUMBERS = {"GPT-3 175B", "2:4", "Llama 3 405B", "Llama 3 70B",
                      "8x7B",  # Mixtral-8x7B's name, not 56B
                      # QLoRA's names (Dettmers et al. 2023): the 4-bit NormalFloat data type,
                      # and Double Quantization, a method, not a doubling
-                     "4-bit", "double quantization", "Double quantization"}
+                     "4-bit", "double quantization", "Double quantization",
+                     "Llama 3.1 8B",
+                     # releases: PyTorch 1.13 (lazy module loading) and 2.1 (the OOM message's
+                     # wording), CUDA 11.2 (the transformers docs' V100 run)
+                     "1.13", "2.1", "11.2"}
 
 
 def test_only_names_are_marked_as_not_numbers():

@@ -65,3 +65,4 @@ def test_stacked_bars_draw_one_bar_per_row_and_say_each_total():
     assert c.alt == ("Stacked bars: full: weights 14 GB, gradients 14 GB; total 28 GB. "
                      "lora: weights 14 GB, activations 11 GB; total 25 GB. Against a GPU: 80 GB.")
     assert "var(--tm-fig-green" in c.svg()
+    assert "a GPU: 80 GB" in c.svg()  # the limit is named where a reader sees it

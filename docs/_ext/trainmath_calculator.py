@@ -186,7 +186,8 @@ def calculator_html(examples: list[str]) -> str:
         buttons = "".join(
             f'<button type="button" role="tab" id="tm-calc-tab-{f.command}" '
             f'aria-controls="tm-calc-panel-{f.command}" aria-selected="{str(i == 0).lower()}"'
-            f'{"" if i == 0 else unfocused}>trainmath {f.command}</button>'
+            f'{"" if i == 0 else unfocused}>{html.escape(f.title)} '
+            f'<code>trainmath {f.command}</code></button>'
             for i, f in enumerate(all_forms))
         tabs = f'<div class="tm-calc-tabs" role="tablist" aria-label="Commands">{buttons}</div>'
     panels = "".join(form_html(f, initial.get(f.command, {}), (i > 0) if several else None)

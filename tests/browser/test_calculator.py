@@ -64,6 +64,17 @@ GOOD = [
 PLAN = ["--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "4096",
         "--global-batch", "64"]
 
+#: The "Check my run" tab: this project's own H200 out-of-memory message, and torchtitan's
+#: published memory line, pasted beside the run's form (``trainmath check --json``).
+CHECKS = [
+    ["--model", "mistral-7b", "--seq-len", "2048", "--recipe", "amp", "--optimizer-impl",
+     "foreach", "--implementation", "megatron-te", "--gpu", "h200", "--oom",
+     "tests/data/memory-readings/h200-mistral-7b-oom.txt"],
+    ["--model", "llama-3-8b", "--seq-len", "8192", "--dp", "8", "--recipe", "fsdp2",
+     "--micro-batch", "2", "--gpu", "h100-sxm", "--gpu-memory", "96GB", "--log",
+     "tests/data/memory-readings/torchtitan-llama-3.1-8b-fsdp.txt"],
+]
+
 #: Bad input: (arguments, the field the message must stand beside).
 BAD = [
     (["--params", "7e9", "--dp", "0"], "dp"),
@@ -259,6 +270,23 @@ def test_the_planner_tab_equals_the_command(calculator, base):
     fill(driver, [*PLAN[:2], "--gpus", "0"], "plan")
     shown = driver.execute_script(SHOWN, "plan")
     assert shown["errors"] == [["gpus", command([*PLAN[:2], "--gpus", "0"], "plan").stderr.strip()]]
+    driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
+
+
+@pytest.mark.parametrize("args", CHECKS, ids=["oom", "log-line"])
+def test_the_check_tab_equals_the_command(calculator, args):
+    driver, _, _ = calculator
+    fill(driver, args, "check")
+    shown = driver.execute_script(SHOWN, "check")
+    expected = command(args, "check")
+    assert expected.returncode == 0 and shown["status"] == "0", shown["errors"]
+    assert shown["json"] == expected.stdout, "the page's check JSON differs from the command's"
+    assert "measured" in shown["html"]
+    bad = [*args[:2], "--measured", "70GB"]  # a reading without the counter it is
+    fill(driver, bad, "check")
+    shown = driver.execute_script(SHOWN, "check")
+    assert shown["status"] == "2" and shown["errors"], shown
+    assert shown["errors"][0][1] == command(bad, "check").stderr.strip()
     driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
 
 

@@ -33,7 +33,8 @@ from typing import Callable, Sequence
 
 from ..planner.candidates import Plan
 from ..problems import Problem
-from ..report.page import render_estimate, render_plan_page, summarize_estimate, summarize_plan
+from ..report.page import (render_check_page, render_estimate, render_plan_page, summarize_check,
+                           summarize_estimate, summarize_plan)
 from .command import Outcome, execute
 from .flags import COMMANDS, GROUPS, PROG, Flag, build_parser, flags_of
 
@@ -79,6 +80,10 @@ class Group:
     fields: tuple[Field, ...]
 
 
+#: The calculator's tab for each subcommand: what a reader comes to it for.
+TAB_TITLES = {"estimate": "Will it fit?", "plan": "Which layout?", "check": "Check my run"}
+
+
 @dataclass(frozen=True)
 class Form:
     """One subcommand: its name, help, and groups of fields."""
@@ -86,6 +91,11 @@ class Form:
     command: str
     help: str
     groups: tuple[Group, ...]
+
+    @property
+    def title(self) -> str:
+        """The tab's title (:data:`TAB_TITLES`; the subcommand's name when it has none)."""
+        return TAB_TITLES.get(self.command, f"trainmath {self.command}")
 
     def field(self, name: str) -> Field:
         """The field called ``name`` (its long option without dashes)."""
@@ -225,11 +235,13 @@ def _plan_page(p: Plan, outcome: Outcome) -> str:
 RENDERERS: dict[str, Callable[[object, Outcome], str]] = {
     "estimate": lambda e, outcome: render_estimate(e),
     "plan": _plan_page,
+    "check": lambda dg, outcome: render_check_page(dg),
 }
 
 #: A one-line summary of each subcommand's result, for the bar that stays in view.
 SUMMARIES: dict[str, Callable[[object], str]] = {"estimate": summarize_estimate,
-                                                 "plan": summarize_plan}
+                                                 "plan": summarize_plan,
+                                                 "check": summarize_check}
 
 
 def calculate(command: str, values_json: str) -> str:

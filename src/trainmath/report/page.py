@@ -17,7 +17,7 @@ from ..units import Bytes
 from .data import estimate_dict
 from .facts import assumed, fit, whole
 from .terms import explain
-from .text import render, render_plan
+from .text import render, render_check, render_plan
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -202,3 +202,71 @@ def summarize_plan(p: Plan) -> str:
     return (f"Fastest of {len(p.ranking)} that fit ({len(p.candidates)} considered): "
             f"dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}{ep}, "
             f"ZeRO-{best.zero_stage}, {best.time.total:.2f} s a step, MFU {best.mfu:.1%}")
+
+
+def _binary(b: Bytes) -> str:
+    return b.format("MiB", 2) if b.n < 2**30 else b.format("GiB", 2)
+
+
+def render_check_page(dg) -> str:
+    """The HTML the calculator shows for a check: the out-of-memory message read, each reading
+    against its predicted band (a table), the likely causes in order, the rest no cause
+    explains, the estimate's verdict, and the command's own report
+    (:func:`trainmath.report.text.render_check`) of the same diagnosis."""
+    est = dg.estimate
+    shape = est.run.shape
+    name = "--params" if shape is None else shape.name
+    out = [f"<p><strong>{escape(name)}</strong>: {est.params:,} parameters, recipe "
+           f"{escape(est.run.training.recipe)}, {escape(est.run.layout.describe())}.</p>"]
+    if dg.oom is not None:
+        o = dg.oom
+        out.append(f'<p>Out of memory on GPU {o.gpu_index} ({escape(o.form)} wording): tried to '
+                   f"allocate {_binary(o.requested)} of {_binary(o.capacity)}, "
+                   f"{_binary(o.free)} free; allocated {_binary(o.allocated)}, reserved but "
+                   f"unallocated {_binary(o.reserved_unallocated)}"
+                   + ("" if o.process is None else f", this process {_binary(o.process)}")
+                   + ".</p>")
+        out.append(f'<p class="tm-calc-fits" data-fits="{str(not o.fragmentation).lower()}">'
+                   "Fragmentation: <strong>"
+                   + ("yes</strong>: the reserved but unallocated memory alone would have held "
+                      "the request." if o.fragmentation else
+                      "no</strong>: the request was larger than the reserved but unallocated "
+                      "memory.") + "</p>")
+    rows = "".join(
+        f'<tr><th scope="row">{escape(c.counter)}</th><td>{c.measured.format("GB", 2)}</td>'
+        f'<td class="tm-calc-band">{c.predicted.typical.format("GB", 1)} '
+        f"({c.predicted.low.format('GB', 1)}–{c.predicted.high.format('GB', 1)})</td><td>"
+        + ("within" if c.within else ("above" if c.gap > 0 else "below")) + "</td></tr>"
+        for c in dg.comparisons)
+    out.append('<table class="tm-calc-table tm-calc-readings"><caption>Measured against predicted (GB = 10^9 '
+               'bytes)</caption><thead><tr><th scope="col">counter</th><th scope="col">measured'
+               '</th><th scope="col">predicted (band)</th><th scope="col">verdict</th></tr>'
+               f"</thead><tbody>{rows}</tbody></table>")
+    if dg.causes:
+        items = "".join(f"<li><strong>{escape(c.name)}</strong>: {escape(c.figure)}</li>"
+                        for c in dg.causes)
+        out.append(f"<h3>Likely causes, most likely first</h3><ol>{items}</ol>")
+    elif all(c.within for c in dg.comparisons):
+        out.append("<p>Every reading is within its predicted band.</p>")
+    if dg.unexplained is not None:
+        out.append("<p>" + (f"Beyond the band and not explained by these: <strong>"
+                            f"{dg.unexplained.format('GB', 2)}</strong>." if dg.unexplained.n
+                            else "The causes named could account for all of it beyond the band.")
+                   + "</p>")
+    verdict = fit(est)
+    if verdict is not None:
+        out.append(f"<p>The estimate for {escape(verdict.where)}: <strong>"
+                   f"{escape(verdict.verdict)}</strong>.</p>")
+    return ("".join(out) + '<details class="tm-calc-text-box"><summary>What <code>trainmath '
+            'check</code> prints (without <code>--json</code>)</summary><pre class="tm-calc-text"'
+            f' tabindex="0">{escape(render_check(dg))}</pre></details>')
+
+
+def summarize_check(dg) -> str:
+    """One line of a check: how many readings fall in their predicted bands, and the first
+    likely cause."""
+    inside = sum(c.within for c in dg.comparisons)
+    text = f"{inside} of {len(dg.comparisons)} readings within the predicted band"
+    if dg.causes:
+        text += f"; most likely: {dg.causes[0].name}"
+    return text

@@ -313,7 +313,7 @@ def stacked_bars(rows: Mapping[str, Mapping[str, Bytes | float]], *, title: str,
                  unit: str = "GB") -> Chart:
     """One horizontal stacked bar per row (top to bottom in order), each part a colour named in
     ``colors`` and listed once in the legend, the row's total at its end, and an optional
-    ``limit`` drawn as a dashed line: several setups side by side. Parts are ``Bytes``, or
+    ``limit`` drawn as a dashed line, named in the legend: several setups side by side. Parts are ``Bytes``, or
     seconds with ``unit="s"``.
 
     Alt text: "Stacked bars: full: weights 13 GB, ...; total 135 GB. lora: ...".
@@ -336,17 +336,18 @@ def stacked_bars(rows: Mapping[str, Mapping[str, Bytes | float]], *, title: str,
             ax.annotate(_amount(total, unit), (left, y), xytext=(4, 0), textcoords="offset points",
                         va="center", ha="left")
             right = max(right, left)
-        if limit is not None:
-            x = limit[1].n / scale
-            ax.axvline(x, color=color("text"), linestyle="--", linewidth=1.3)
-            ax.annotate(f"{limit[0]}: {_amount(limit[1], unit)}", (x, len(labels) - 0.55),
-                        xytext=(-4, 0), textcoords="offset points", ha="right", va="bottom")
+        if limit is not None:  # named in the legend: a label beside the line would hide a bar
+            ax.axvline(limit[1].n / scale, color=color("text"), linestyle="--", linewidth=1.3,
+                       label=f"{limit[0]}: {_amount(limit[1], unit)}")
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
         ax.set_xlim(0, right * 1.15)
         ax.set_xlabel(_axis_label(unit))
         set_title(ax, title, width=44)  # the row labels take part of the width
-        fig.legend(ncols=3, loc="outside lower center", handlelength=1.2, columnspacing=1.2)
+        names = ax.get_legend_handles_labels()[1]
+        wide = sum(len(n) for n in names[:3]) > 54  # three such entries overrun the figure
+        fig.legend(ncols=2 if wide else 3, loc="outside lower center", handlelength=1.2,
+                   columnspacing=1.2)
     alt = "Stacked bars: " + " ".join(
         f"{label}: " + ", ".join(f"{k} {_amount(v, unit)}" for k, v in parts.items() if _size(v))
         + f"; total {_amount(_total(parts.values()), unit)}." for label, parts in rows.items())
