@@ -393,6 +393,8 @@ def layer_shape(m: ModelShape, kind: LayerKind) -> ModelShape:
         changes.update(dense_layers=0, moe_every=1)
     if m.local_span and not kind.local:
         changes.update(sliding_window=0, attention_chunk=0, global_every=0)
+        if m.attention_chunk and m.qk_norm == "l2":  # Llama 4: its global layers have no RoPE
+            changes["qk_norm"] = ""  # and no L2 norm (Llama4TextAttention: use_rope only)
     elif m.local_span:
         changes.update(global_every=0)
     changes = {k: v for k, v in changes.items() if getattr(m, k) != v}
