@@ -311,7 +311,7 @@ def _gpt_neox(k: _Keys) -> dict[str, Any]:
     return out
 
 
-def global_period(k: _Keys, types_key: str, local_names: tuple[str, ...], default: int) -> int:
+def _global_period(k: _Keys, types_key: str, local_names: tuple[str, ...], default: int) -> int:
     """Every how-many-th layer attends globally, from a ``layer_types`` list (each entry
     "sliding_attention", "chunked_attention" or "full_attention"), or ``default`` without one;
     0 when every layer is local. A list that is not periodic is refused by name."""
@@ -389,7 +389,7 @@ def _gemma2(k: _Keys) -> dict[str, Any]:
                final_softcap=k.number("final_logit_softcapping"))
     if window is not None:
         out.update(sliding_window=k.whole("sliding_window", window),
-                   global_every=global_period(k, "layer_types", ("sliding_attention",), 2))
+                   global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
     return out
 
 
@@ -398,7 +398,7 @@ def _gemma3_text(k: _Keys) -> dict[str, Any]:
     out["qk_norm"] = "head"  # Gemma3Attention: q_norm and k_norm over head_dim
     if out.get("sliding_window"):  # Gemma3TextConfig: sliding_window_pattern, default 6
         period = k.whole("sliding_window_pattern", k.get("sliding_window_pattern", 6))
-        out["global_every"] = global_period(k, "layer_types", ("sliding_attention",), period)
+        out["global_every"] = _global_period(k, "layer_types", ("sliding_attention",), period)
     return out
 
 
@@ -433,7 +433,7 @@ def _llama4_text(k: _Keys) -> dict[str, Any]:
     if chunk is not None:
         out["attention_chunk"] = k.whole("attention_chunk_size", chunk)
         interval = k.whole("no_rope_layer_interval", k.get("no_rope_layer_interval", 4))
-        out["global_every"] = global_period(k, "layer_types", ("chunked_attention",), interval)
+        out["global_every"] = _global_period(k, "layer_types", ("chunked_attention",), interval)
     return out
 
 
@@ -452,7 +452,7 @@ def _gpt_oss(k: _Keys) -> dict[str, Any]:
     window = k.get("sliding_window", None)
     if window is not None:
         out.update(sliding_window=k.whole("sliding_window", window),
-                   global_every=global_period(k, "layer_types", ("sliding_attention",), 2))
+                   global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
     return out
 
 

@@ -554,8 +554,8 @@ def _moe_params(m: ModelShape) -> tuple[int, int]:
 def param_breakdown(m: ModelShape) -> ParamBreakdown:
     """Parameters of each part of ``m``, counted from its weight matrices and vectors.
 
-    Attention: :func:`_attention_params`. MLP: two matrices of h × ffn (Vaswani et al. 2017,
-    §3.3), three for SwiGLU (Shazeer 2020); a mixture of experts, :func:`_moe_params`, with its
+    Attention: ``_attention_params``. MLP: two matrices of h × ffn (Vaswani et al. 2017,
+    §3.3), three for SwiGLU (Shazeer 2020); a mixture of experts, ``_moe_params``, with its
     dense layers ``ffn`` wide. Norms: LayerNorm has a gain and a bias (Ba et al. 2016), RMSNorm
     a gain only (Zhang & Sennrich 2019); two per layer, four sandwiching (Gemma 2). Embeddings:
     V × h, plus learned positions. A multi-token prediction module (DeepSeek-V3 §2.2; its
@@ -656,7 +656,7 @@ def param_shapes(m: ModelShape) -> ParamShapes:
     A mixture of experts keeps its router as one (E, h) matrix and its routed experts as 3-D
     tensors, (E, 2·width, h) for the gate and up projections together and (E, h, width) for
     the down projection, as ``MixtralExperts`` does in transformers 5; shared experts are
-    ordinary MLPs. Latent attention keeps the matrices :func:`_attention_params` names.
+    ordinary MLPs. Latent attention keeps the matrices ``_attention_params`` names.
     """
     kinds = layer_kinds(m)
     cache: dict[LayerKind, tuple[tuple[int, ...], ...]] = {}
