@@ -7,6 +7,10 @@ model states to the byte (each kind, and Adam's step counters), activations with
 and per model, the step's peak within 2% and in the same phase. A library change that breaks
 agreement with PyTorch fails here, naming the configuration, the measured and the predicted bytes.
 The expected values are the measurements: they come from PyTorch, not from this code.
+
+Records of today's families (Qwen3, DeepSeek-V3, Gemma 2 and 3, gpt-oss, OLMo 2, Llama 4) are
+built by transformers from a published config.json (their ``config``), and compared layer group
+by layer group: dense and mixture layers, local and global ones.
 """
 
 from __future__ import annotations
@@ -16,19 +20,61 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, Comparison, compare, compare_all)
+from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, Comparison, comparable, compare, compare_all)
 
-DATA = Path(__file__).resolve().parents[1] / "docs" / "_data" / "measurements.json"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "_data" / "measurements.json"
 DOC = json.loads(DATA.read_text(encoding="utf-8"))
-CONFIGS = DOC["configurations"]
+ALL = DOC["configurations"]
+# Predicted: all but the records marked not_compared (a CPU-only fallback; each says why).
+CONFIGS = [c for c in ALL if comparable(c)]
+NOT_COMPARED = [c for c in ALL if not comparable(c)]
+#: Today's families, built by transformers from a published config.json (validate/measure/hfconfigs.py)
+FROM_CONFIG = [c for c in ALL if "config" in c]
 
 
 def test_the_file_is_the_measurements_schema():
     assert DOC["schema"] == "trainmath-measurements/1"
-    assert len(CONFIGS) == 118 + 6  # six LoRA configurations (kind "finetune")
+    assert len(ALL) == 118 + 6 + 38  # six LoRA configurations, 38 of today's families
+    assert len(NOT_COMPARED) == 2  # DeepSeek-V3 under SDPA on the CPU, at both lengths
     assert {c["implementation"] for c in CONFIGS} == set(MEASURED_IMPLEMENTATIONS)
     assert {c["recipe"] for c in CONFIGS if c["kind"] == "step"} == set(MEASURED_RECIPES)
     assert {c["precision"] for c in CONFIGS if c["kind"] == "saved"} == set(MEASURED_PRECISIONS)
+
+
+def test_todays_families_are_measured():
+    """Issue 22's list: Qwen3-8B, Qwen3-30B-A3B, DeepSeek-V3's layers, Gemma-2-9B and gpt-oss,
+    each saved for backward and in a whole AdamW step (and OLMo 2, Gemma 3, Llama 4 besides)."""
+    models = {c["model"] for c in FROM_CONFIG}
+    assert {"qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-2-9b", "gpt-oss-20b"} <= models
+    for model in models:
+        kinds = {c["kind"] for c in FROM_CONFIG if c["model"] == model and comparable(c)}
+        assert kinds == {"saved", "step"}, model
+
+
+@pytest.mark.parametrize("config", FROM_CONFIG, ids=[c["id"] for c in FROM_CONFIG])
+def test_a_record_from_a_config_json_reads_that_file(config):
+    """Each names a file of tests/data/hf-configs/ whose (text) model_type is its family; its
+    keys are that file's with the overrides applied (what transformers built), and it says
+    what was changed and what ran."""
+    c = config["config"]
+    d = json.loads((ROOT / c["file"]).read_text(encoding="utf-8"))
+    d = d["text_config"] if c["text_config"] else d
+    assert c["file"].startswith("tests/data/hf-configs/") and config["notes"]
+    assert (d | c["overrides"])["model_type"] == config["family"]
+    assert set(c["overrides"]) <= set(d), "an override replaces a published key"
+    layers = c["keys"]["num_hidden_layers"]
+    expected = d | c["overrides"]
+    if isinstance(expected.get("layer_types"), list):
+        expected["layer_types"] = expected["layer_types"][:layers]
+    assert c["keys"] == expected
+
+
+@pytest.mark.parametrize("config", NOT_COMPARED, ids=[c["id"] for c in NOT_COMPARED])
+def test_a_record_not_compared_says_why_and_is_refused(config):
+    assert "fallback" in config["not_compared"] and "fallback" in config["notes"]
+    with pytest.raises(ValueError, match=config["id"]):
+        compare(config)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c["id"] for c in CONFIGS])
@@ -52,7 +98,10 @@ def test_every_quantity_is_compared():
     saved = sum(c["kind"] == "saved" for c in CONFIGS)
     lora = sum(c["kind"] == "finetune" for c in CONFIGS)
     steps = len(CONFIGS) - saved - lora
-    assert len(comparisons) == 3 * saved + 7 * steps + 12 * lora
+    # a record of layers of several kinds compares each group of alike layers
+    groups = sum(len(c["measured"].get("layer_groups", [None])) - 1 for c in CONFIGS
+                 if c["kind"] == "saved")
+    assert len(comparisons) == 3 * saved + groups + 7 * steps + 12 * lora
     states = [c for c in comparisons if c.kind == "states"]
     assert all(c.measured == c.predicted for c in states)
 

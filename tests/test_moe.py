@@ -16,6 +16,8 @@ from trainmath.memory.stages import device_memory
 from trainmath.parallel.placement import stage_params
 from trainmath.runs.estimates import estimate
 from trainmath.runs.description import run
+from trainmath.memory.activations import layer_activations
+from trainmath.units import Bytes
 
 MIXTRAL = preset("mixtral-8x7b")
 
@@ -151,10 +153,13 @@ def test_hf_kernels_add_what_mixtrals_loop_keeps():
     assert moe(hf) - moe(megatron) == copies * (3 * 8 + 4) + 4 * tokens + 4 * 8
 
 
-def test_hf_kernels_refuse_shared_experts():
+def test_hf_kernels_run_shared_experts_as_a_dense_mlp():
+    """DeepSeek's and Llama 4's transformers code runs its shared experts as an ordinary MLP on
+    every token: four ffn-wide tensors (gate, up, SiLU, product), as a dense SwiGLU layer."""
     m = modified(MIXTRAL, shared_experts=1)
-    with pytest.raises(ValueError, match="whose shared experts Mixtral's MoE block has not"):
-        run(m, seq_len=4096, implementation="hf-sdpa")
+    with_shared = layer_activations(m, 4096, 1, implementation="hf-sdpa").total
+    without = layer_activations(MIXTRAL, 4096, 1, implementation="hf-sdpa").total
+    assert with_shared - without == Bytes(4 * 2 * 4096 * MIXTRAL.expert_width)
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ matching configurations and keeps the rest; ``--report`` prints the recorded fig
 
 Everything runs under ``torch._subclasses.fake_tensor.FakeTensorMode``: PyTorch's own kernels
 decide every shape, dtype and alias, but no memory is allocated, so a 22B model runs on a laptop
-CPU in seconds. The modules: ``shapes`` (the model shapes, as plain data), ``models`` (the
-reference model with the library's kernels, and the Hugging Face builders), ``tracking``
+CPU in seconds. The modules: ``shapes`` (the model shapes, as plain data), ``hfconfigs``
+(today's families, from their published config.json), ``models`` (the reference model with the
+library's kernels, and the Hugging Face builders), ``tracking``
 (storage counting: saved for backward, alive over a step), ``saved`` (what a forward pass saves
 for backward), ``step`` (a whole training step per precision recipe: states and peak),
 ``configs`` (the list of configurations and the document), ``report`` (the tables).
@@ -33,6 +34,20 @@ integers, bytes (not GB):
                       kv_heads, ffn, vocab, mlp, norm, bias, tied_embeddings, positions,
                       dropout, dropout_p, norm_eps, rope_theta, sliding_window, family,
                       source), enough for trainmath.model.shape.shape() without torch
+      config          instead of shape, for today's families read from their config.json
+                      (Qwen3, DeepSeek-V3, Gemma 2 and 3, gpt-oss, OLMo 2, Llama 4;
+                      hfconfigs.py): {file (a config.json of tests/data/hf-configs/, from the
+                      repository root), text_config (true: its "text_config" is the model),
+                      overrides {key: value replaced before transformers reads it, e.g.
+                      num_hidden_layers}, keys (the config as transformers read it, the
+                      overrides applied: what trainmath.model.hfconfig.shape_from_config
+                      reads)}; built by AutoModelForCausalLM.from_config
+      not_compared    (with config, where it applies) why the library does not predict this
+                      record: a fallback only the CPU takes
+      family          (with config) transformers' model_type of the (text) config
+      notes           (with config) what was changed and why, what transformers runs for
+                      the implementation asked for (a refusal, a fallback, an argument it
+                      ignores) and, for a mixture of experts, what routing the bytes assume
       implementation  reference-sdpa | reference-eager | hf-sdpa | hf-eager
       s, b            sequence length and micro-batch size
       dtype           {parameters, compute}: "bf16", "fp16" or "fp32"
@@ -58,6 +73,17 @@ integers, bytes (not GB):
                           [[aten op that allocated it, dtype, shape, bytes, kind], ...]
                           in the order first saved; kind: activation | input | weight copy
         attention_ops     the aten ops behind the saved attention/softmax tensors
+        runs              (with config) what transformers ran: {class (of the model),
+                          attn_implementation (the one it settled on), experts: null or
+                          {class, implementation: its experts implementation, e.g.
+                          "grouped_mm", or "own forward" where it does not dispatch one}}
+        layer_groups      (with config) the decoder layers grouped by what they save (the
+                          same tensor list, op by op), in order of their first layer:
+                          [{layers [indices], bytes (per layer), kinds: [{layer_type (the
+                          config's layer_types entry or null), attention, mlp (module
+                          classes), sliding_window, use_rope (where the attention module has
+                          them)}, ...] (each distinct one once), tensors (of the group's first
+                          layer, as layer_tensors)}, ...]
                       kind "step":
         parameters_count  parameters of the model (all ranks together)
         local_parameters  (FSDP2) elements of this rank's shards, padding included
@@ -73,6 +99,7 @@ integers, bytes (not GB):
                           yet made); setup (master copies) counts in it
         phase_peaks       {phase: highest bytes alive during it}, second step
         alive_after_step  {category: bytes} alive after the second step
+        runs              (with config) as for kind "saved"
                       kind "finetune": trainable_count and parameters_count (peft's
                       get_nb_trainable_parameters), saved (as kind "saved"), and states,
                       peak, phase_peaks, first_step_peak, alive_after_step as kind "step";

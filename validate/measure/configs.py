@@ -7,10 +7,10 @@ import json
 import platform
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import finetune, saved, shapes, step
+from . import finetune, hfconfigs, saved, shapes, step
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -20,6 +20,14 @@ HF_MODELS = tuple(name for name, s in shapes.SHAPES.items() if s["family"] in ("
 LENGTHS = (2048, 4096)
 FINETUNE = ((16, ("q", "v")), (64, ("q", "k", "v", "o", "gate", "up", "down")))
 MASTER_RECIPES = ("zero-bf16", "megatron-bf16", "bf16-master-naive", "bf16-master-free-grads")
+#: Today's families, from their config.json (hfconfigs): saved at both lengths with each
+#: attention transformers supports for them, and a zero-bf16 step. The quick subset holds the
+#: cheapest that cover multi-head latent attention, routed experts and attention sinks (about
+#: 3 s each; the DeepSeek-V3 step about 6 s). DeepSeek-V3's step runs eager attention: SDPA
+#: takes a CPU-only fallback for its unequal head dims (hfconfigs).
+CONFIG_MODELS = tuple(hfconfigs.CONFIG_FILES)
+CONFIG_FAST = ("saved/deepseek-v3/hf-sdpa/bf16/s2048-b1", "saved/gpt-oss-20b/hf-eager/bf16/s2048-b1",
+               "step/deepseek-v3/hf-eager/zero-bf16/s2048-b1")
 
 
 @dataclass(frozen=True)
@@ -63,9 +71,19 @@ class Config:
                                  foreach=self.foreach, dp=self.dp, rank=self.rank)
 
     def describe(self) -> dict:
-        out = {"id": self.id, "kind": self.kind, "model": self.model,
-               "shape": shapes.for_length(self.model, self.s), "implementation": self.implementation,
-               "s": self.s, "b": self.b}
+        if self.model in hfconfigs.CONFIG_FILES:  # today's families, from their config.json
+            cf = hfconfigs.CONFIG_FILES[self.model]
+            out = {"id": self.id, "kind": self.kind, "model": self.model,
+                   "config": cf.describe(), "family": cf.family,
+                   "implementation": self.implementation, "s": self.s, "b": self.b,
+                   "notes": cf.notes_for(self.implementation.partition("-")[2])}
+            why = cf.not_compared.get(self.implementation.partition("-")[2])
+            if why:
+                out["not_compared"] = why
+        else:
+            out = {"id": self.id, "kind": self.kind, "model": self.model,
+                   "shape": shapes.for_length(self.model, self.s),
+                   "implementation": self.implementation, "s": self.s, "b": self.b}
         if self.kind == "finetune":
             out |= {"adapter": {"method": "lora", "r": self.rank_r, "targets": list(self.targets),
                                 "dropout": 0.0, "dtype": "fp32"},
@@ -140,6 +158,13 @@ def configurations() -> list[Config]:
                       targets=finetune.ALL_LINEAR, foreach=True))
     for dp in (8, 64):
         out.append(Config("step", "llama-3-8b", "hf-sdpa", 2048, recipe="fsdp2-bf16", dp=dp))
+    # 5. today's families, as transformers builds them from their published config.json
+    for model in CONFIG_MODELS:
+        attentions = hfconfigs.CONFIG_FILES[model].attentions
+        todo = [Config("saved", model, f"hf-{attention}", s, precision="bf16")
+                for s in LENGTHS for attention in attentions]
+        todo.append(Config("step", model, f"hf-{attentions[0]}", 2048, recipe="zero-bf16"))
+        out += [replace(c, fast=c.id in CONFIG_FAST) for c in todo]
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "configuration ids must be unique"
     return out
@@ -164,9 +189,14 @@ def methods() -> dict:
                               "F.scaled_dot_product_attention (CPU flash kernel)",
             "reference-eager": "validate/measure/models.py Reference with softmax(QKᵀ/√d + mask)V",
             "hf-sdpa": "transformers LlamaForCausalLM / MistralForCausalLM / MixtralForCausalLM "
-                       "(its default grouped_mm experts), attn_implementation='sdpa'",
+                       "(its default grouped_mm experts), attn_implementation='sdpa'; for a "
+                       "record with a config: AutoModelForCausalLM.from_config of that "
+                       "config.json (measured.runs: the class, attention and experts it ran)",
             "hf-eager": "transformers LlamaForCausalLM / MistralForCausalLM / MixtralForCausalLM "
-                        "(its default grouped_mm experts), attn_implementation='eager'",
+                        "(its default grouped_mm experts), attn_implementation='eager'; for a "
+                        "record with a config: AutoModelForCausalLM.from_config of that "
+                        "config.json (measured.runs: the class, attention and experts it ran)",
+            "config": " ".join(hfconfigs.__doc__.split()),
             "about": " ".join(models.__doc__.split()),
         },
         "precisions": {

@@ -21,7 +21,9 @@ Transformer Engine keeps on a GPU:
 
 **Hugging Face** models are ``transformers``' own ``LlamaForCausalLM`` and ``MistralForCausalLM``
 built from a config (no weights), in training mode, with ``use_cache=False``, called as
-``model(input_ids=..., labels=...).loss`` as its Trainer does.
+``model(input_ids=..., labels=...).loss`` as its Trainer does. Today's families (Qwen3,
+DeepSeek-V3, Gemma 2 and 3, gpt-oss, OLMo 2, Llama 4) are built the same way from their published
+config.json (``hfconfigs``), whatever class transformers picks for them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import math
 
 import torch
 from torch import nn
+
+from .hfconfigs import ConfigFile
 
 F = nn.functional
 
@@ -241,15 +245,64 @@ def hf_model(shape: dict, attention: str, dtype, layers: int | None = None) -> n
     return model
 
 
-def build(implementation: str, shape: dict, dtype, layers: int | None = None) -> nn.Module:
-    """``implementation`` is "reference-sdpa", "reference-eager", "hf-sdpa" or "hf-eager"."""
+def build(implementation: str, shape: dict | ConfigFile, dtype,
+          layers: int | None = None) -> nn.Module:
+    """``implementation`` is "reference-sdpa", "reference-eager", "hf-sdpa" or "hf-eager";
+    ``shape`` a shape dict (``shapes``) or a published config.json (``hfconfigs.ConfigFile``),
+    which only Hugging Face's implementations build."""
     kind, _, attention = implementation.partition("-")
+    if isinstance(shape, ConfigFile):
+        if kind != "hf":
+            raise ValueError(f"implementation {implementation!r} for {shape.name}, a config.json "
+                             "model; accepted: hf-sdpa, hf-eager")
+        return shape.build(attention, dtype, layers)
     if kind == "reference":
         return Reference(shape, attention, dtype, layers)
     if kind == "hf":
         return hf_model(shape, attention, dtype, layers)
     raise ValueError(f"unknown implementation {implementation!r}; accepted: "
                      "reference-sdpa, reference-eager, hf-sdpa, hf-eager")
+
+
+def spec_of(model: str | dict | ConfigFile, s: int) -> dict | ConfigFile:
+    """What to build for ``model`` at sequence length ``s``: a shape dict (a name of
+    ``shapes.SHAPES``, or a dict as it is) or a :class:`~.hfconfigs.ConfigFile` (a name of
+    ``hfconfigs.CONFIG_FILES``, or one as it is)."""
+    from . import hfconfigs, shapes
+
+    if isinstance(model, ConfigFile):
+        return model
+    if isinstance(model, dict):
+        return dict(model)
+    if model in hfconfigs.CONFIG_FILES:
+        return hfconfigs.CONFIG_FILES[model]
+    if model in shapes.SHAPES:
+        return shapes.for_length(model, s)
+    raise ValueError(f"unknown model {model!r}; accepted: {', '.join(shapes.SHAPES)}, "
+                     f"{', '.join(hfconfigs.CONFIG_FILES)}")
+
+
+def vocab_of(spec: dict | ConfigFile) -> int:
+    """The vocabulary size of a shape dict or a config.json model."""
+    return spec.vocab if isinstance(spec, ConfigFile) else spec["vocab"]
+
+
+def runs(model: nn.Module) -> dict:
+    """What transformers actually runs for a model it built: its class, the attention
+    implementation it settled on (it may refuse one or fall back) and, for a mixture of experts,
+    the experts' class and implementation ("grouped_mm", "eager", ...; "own forward" for an
+    experts class transformers does not dispatch)."""
+    config = model.config
+    out = {"class": type(model).__name__, "attn_implementation": config._attn_implementation,
+           "experts": None}
+    for module in model.modules():
+        if type(module).__name__.endswith("Experts"):
+            dispatched = hasattr(module, "has_gate")  # set by @use_experts_implementation
+            out["experts"] = {"class": type(module).__name__,
+                              "implementation": config._experts_implementation if dispatched
+                              else "own forward"}
+            break
+    return out
 
 
 @contextlib.contextmanager

@@ -7,8 +7,8 @@ import contextlib
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import shapes
-from .models import build, decoder_layers, loss_of
+from .hfconfigs import ConfigFile
+from .models import build, decoder_layers, loss_of, runs, spec_of, vocab_of
 from .tracking import SavedTensorCounter
 
 PRECISIONS = {
@@ -59,23 +59,27 @@ def _entry(t) -> list:
     return [t.op, t.dtype, list(t.shape), t.nbytes, t.kind]
 
 
-def measure_saved(model: str | dict, implementation: str, s: int, b: int = 1, precision: str = "bf16",
-                  layers: int | None = None, backward: bool = False, fake: bool = True) -> dict:
+def measure_saved(model: str | dict | ConfigFile, implementation: str, s: int, b: int = 1,
+                  precision: str = "bf16", layers: int | None = None, backward: bool = False,
+                  fake: bool = True) -> dict:
     """Bytes ``implementation`` saves for backward for one micro-batch of ``model``.
 
-    ``implementation``: reference-sdpa, reference-eager, hf-sdpa, hf-eager (see models.py);
-    ``precision``: "bf16" (bf16 parameters) or "autocast-bf16" (fp32 parameters under
-    ``torch.autocast("cpu", torch.bfloat16)``); ``layers`` overrides the number of layers;
-    ``backward`` also runs the backward pass; ``fake=False`` runs on real tensors (small shapes
-    only: the tests compare the two).
+    ``model``: a name of ``shapes.SHAPES`` or ``hfconfigs.CONFIG_FILES``, a shape dict or a
+    :class:`~.hfconfigs.ConfigFile`; ``implementation``: reference-sdpa, reference-eager,
+    hf-sdpa, hf-eager (see models.py); ``precision``: "bf16" (bf16 parameters) or
+    "autocast-bf16" (fp32 parameters under ``torch.autocast("cpu", torch.bfloat16)``);
+    ``layers`` overrides the number of layers; ``backward`` also runs the backward pass;
+    ``fake=False`` runs on real tensors (small shapes only: the tests compare the two). A
+    config.json model's result adds ``runs`` (what transformers ran) and ``layer_groups``.
     """
-    shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
+    spec = spec_of(model, s)
     param_dtype, autocast = PRECISIONS[precision]
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.manual_seed(0)
-        net = build(implementation, shape, param_dtype, layers)
-        tokens = torch.randint(0, shape["vocab"], (b, s))
-        targets = torch.randint(0, shape["vocab"], (b, s))
+        net = build(implementation, spec, param_dtype, layers)
+        vocab = vocab_of(spec)
+        tokens = torch.randint(0, vocab, (b, s))
+        targets = torch.randint(0, vocab, (b, s))
         tensors = [*net.parameters(), *net.buffers()]
         counter = SavedTensorCounter(parameters=tensors, inputs=[tokens, targets])
         cast = (torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext())
@@ -90,19 +94,61 @@ def measure_saved(model: str | dict, implementation: str, s: int, b: int = 1, pr
                           if "attention" in t.op or "softmax" in t.op})
         result = _summarise(counter, len(decoder_layers(net)))
         result["attention_ops"] = kernels
+        if isinstance(spec, ConfigFile):
+            result["runs"] = runs(net)
+            result["layer_groups"] = layer_groups(counter, net)
         counter.release()
         return result
 
 
-def _summarise(counter: SavedTensorCounter, n_layers: int) -> dict:
-    by_scope: dict[str, list] = {}
-    params_saved = 0
+def _by_scope(counter: SavedTensorCounter) -> dict[str, list]:
+    """The saved storages (parameters left out) by the one scope that saved them, or "shared"."""
+    out: dict[str, list] = {}
     for t in sorted(counter.saved.values(), key=lambda t: t.order):
-        if t.kind == "parameter":
-            params_saved += t.nbytes
-            continue
-        scope = t.scopes[0] if len(set(t.scopes)) == 1 else "shared"
-        by_scope.setdefault(scope, []).append(t)
+        if t.kind != "parameter":
+            scope = t.scopes[0] if len(set(t.scopes)) == 1 else "shared"
+            out.setdefault(scope, []).append(t)
+    return out
+
+
+def _layer_kind(model, i: int) -> dict:
+    """What makes decoder layer ``i`` of a transformers model the kind it is: its config's
+    ``layer_types`` entry, its attention and MLP classes, the attention's window and rope."""
+    layer = decoder_layers(model)[i]
+    attention = getattr(layer, "self_attn", None)
+    mlp = getattr(layer, "mlp", None) or getattr(layer, "feed_forward", None)
+    types = getattr(model.config, "layer_types", None)
+    out = {"layer_type": types[i] if types else None,
+           "attention": type(attention).__name__ if attention is not None else None,
+           "mlp": type(mlp).__name__ if mlp is not None else None}
+    for key in ("sliding_window", "use_rope"):
+        if hasattr(attention, key):
+            out[key] = getattr(attention, key)
+    return out
+
+
+def layer_groups(counter: SavedTensorCounter, model) -> list[dict]:
+    """The decoder layers grouped by what they save (the same tensor list, op by op), in the
+    order of their first layer: each group's layers, bytes per layer, the kinds of layer in it
+    (:func:`_layer_kind`, each distinct one once) and its first layer's tensor list."""
+    by_scope = _by_scope(counter)
+    groups: dict[tuple, dict] = {}
+    for i in range(len(decoder_layers(model))):
+        tensors = [_entry(t) for t in by_scope.get(f"layer {i}", [])]
+        key = tuple((op, dtype, tuple(shape), nbytes, kind)
+                    for op, dtype, shape, nbytes, kind in tensors)
+        group = groups.setdefault(key, {"layers": [], "bytes": sum(e[3] for e in tensors),
+                                        "kinds": [], "tensors": tensors})
+        group["layers"].append(i)
+        kind = _layer_kind(model, i)
+        if kind not in group["kinds"]:
+            group["kinds"].append(kind)
+    return list(groups.values())
+
+
+def _summarise(counter: SavedTensorCounter, n_layers: int) -> dict:
+    by_scope = _by_scope(counter)
+    params_saved = sum(t.nbytes for t in counter.saved.values() if t.kind == "parameter")
 
     def total(scope, kind=None):
         return sum(t.nbytes for t in by_scope.get(scope, []) if kind is None or t.kind == kind)

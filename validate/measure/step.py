@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import shapes
-from .models import build, decoder_layers, loss_of
+from .hfconfigs import ConfigFile
+from .models import build, decoder_layers, loss_of, runs, spec_of, vocab_of
 from .tracking import AllocationTracker, distinct_bytes, dtype_name, local
 
 RECIPES = ("zero-bf16", "zero-fp16", "megatron-bf16", "bf16-master-naive",
@@ -123,7 +123,7 @@ def _process_group(dp: int, rank: int):
         dist.destroy_process_group()
 
 
-def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
+def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
                  foreach: bool = False, dp: int = 1, rank: int = 0,
                  layers: int | None = None, fake: bool = True, observer=None,
                  device: str = "cpu") -> dict:
@@ -133,7 +133,8 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
     ``observer(model, optimizer)``, if given, returns a context manager entered around the
     second step (the tests pass PyTorch's MemTracker to check the peak). ``device="cuda"``
     (real tensors only) builds the model and the batch on the GPU and autocasts there
-    (``python -m validate.gpu``).
+    (``python -m validate.gpu``). ``model`` is as for ``saved.measure_saved``; a config.json
+    model's result adds ``runs`` (what transformers ran).
     """
     if device != "cpu" and (fake or dp > 1):
         raise ValueError(f"device={device!r} runs real tensors on one device: fake=False, dp=1")
@@ -141,13 +142,13 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
         raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)}")
     if (recipe == "fsdp2-bf16") != (dp > 1):
         raise ValueError(f"dp = {dp}: fsdp2-bf16 needs dp > 1, the other recipes dp = 1")
-    shape = shapes.for_length(model, s) if isinstance(model, str) else dict(model)
+    spec = spec_of(model, s)
     param_dtype, autocast = _recipe_dtypes(recipe)
     fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
     on_device = torch.device(device) if device != "cpu" else contextlib.nullcontext()
     with _process_group(dp, rank) as mesh, fake_mode, on_device:
         torch.manual_seed(0)
-        net = build(implementation, shape, param_dtype, layers)
+        net = build(implementation, spec, param_dtype, layers)
         if recipe == "fsdp2-bf16":
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -156,9 +157,10 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
                 fully_shard(layer, mesh=mesh, mp_policy=mp)
             fully_shard(net, mesh=mesh, mp_policy=mp)
         params = list(net.parameters())
-        tokens = torch.randint(0, shape["vocab"], (b, s))
-        targets = torch.randint(0, shape["vocab"], (b, s))
-        tracker = AllocationTracker(vocab=shape["vocab"])
+        vocab = vocab_of(spec)
+        tokens = torch.randint(0, vocab, (b, s))
+        targets = torch.randint(0, vocab, (b, s))
+        tracker = AllocationTracker(vocab=vocab)
         with tracker:
             tracker.tag(params, "parameters")
             tracker.tag(net.buffers(), "parameters")
@@ -223,6 +225,8 @@ def measure_step(model: str | dict, implementation: str, recipe: str, s: int = 2
         }
         if dp > 1:
             result["local_parameters"] = sum(local(p).numel() for p in params)
+        if isinstance(spec, ConfigFile):
+            result["runs"] = runs(net)
     return result
 
 

@@ -17,6 +17,14 @@ library's vocabulary (:data:`MEASURED_IMPLEMENTATIONS`, :data:`MEASURED_RECIPES`
 so a library change that stops agreeing with PyTorch fails even where torch is not installed;
 the "How we know" page prints the same comparisons. The file is data, read by the caller: this
 module does no I/O.
+
+Records of today's families (Qwen3, DeepSeek-V3, Gemma 2 and 3, gpt-oss, OLMo 2, Llama 4) carry
+the ``config`` they were built from instead of a ``shape``: its keys, read as the published
+config.json is (:func:`trainmath.model.hfconfig.shape_from_config`), give the shape. Their
+layers differ (dense and mixture, local and global), so each group of alike layers is compared
+with the prediction for its kind. A record marked ``not_compared`` (PyTorch's CPU fallback for
+latent attention under SDPA, which no GPU takes) says why and is not predicted
+(:func:`comparable`).
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from fractions import Fraction
 
 from ..memory.finetune import Adapter
 from ..memory.fsdp2 import fsdp2_rank
-from ..model.shape import ModelShape, param_shapes
+from ..memory.activations import LayerActivations, layer_activations
+from ..model.hfconfig import shape_from_config
+from ..model.shape import ModelShape, layer_kinds, layer_shape, param_shapes
 from ..runs.description import run
 from ..runs.estimates import Estimate, estimate
 from ..units import Bytes
@@ -97,8 +107,19 @@ class Comparison:
                 f"{float(TOLERANCES[self.kind]):.0%})")
 
 
+def comparable(config: dict) -> bool:
+    """Whether the library predicts a recorded configuration: all but those marked
+    ``not_compared``, whose record says why."""
+    return "not_compared" not in config
+
+
 def shape_of(config: dict) -> ModelShape:
-    """The :class:`~trainmath.model.shape.ModelShape` a configuration measured (its ``shape``)."""
+    """The :class:`~trainmath.model.shape.ModelShape` a configuration measured: its ``shape``, or
+    the keys of its ``config`` as :func:`~trainmath.model.hfconfig.shape_from_config` reads a
+    config.json."""
+    if "config" in config:
+        return shape_from_config(config["config"]["keys"], name=config["model"],
+                                 source=f"config.json at {config['config']['file']}")
     s = config["shape"]
     return ModelShape(name=s["name"], source=s.get("source", ""),
                       sliding_window=s.get("sliding_window") or 0,
@@ -122,6 +143,26 @@ def estimate_of(config: dict) -> Estimate:
                         dp=config["dp"], optimizer_impl=impl, **kw))
 
 
+def _layer_of(config: dict, index: int) -> LayerActivations:
+    """The library's tensors for decoder layer ``index`` of a "saved" configuration: those of
+    its kind (:func:`~trainmath.model.shape.layer_shape`)."""
+    m = shape_of(config)
+    return layer_activations(layer_shape(m, layer_kinds(m)[index]), config["s"], config["b"],
+                             implementation=MEASURED_IMPLEMENTATIONS[config["implementation"]],
+                             autocast=config["precision"] == "autocast-bf16")
+
+
+def _layers_named(indices: list[int]) -> str:
+    """"layer 3" or "layers 0–2" (consecutive) or "layers 0, 2, 4"."""
+    if len(indices) == 1:
+        return f"layer {indices[0]}"
+    if indices == list(range(indices[0], indices[-1] + 1)):
+        return f"layers {indices[0]}–{indices[-1]}"
+    if len(indices) > 4:
+        return f"layers {indices[0]}, {indices[1]}, … {indices[-1]} ({len(indices)})"
+    return "layers " + ", ".join(map(str, indices))
+
+
 def adapter_of(config: dict) -> Adapter:
     """The :class:`~trainmath.memory.finetune.Adapter` a "finetune" configuration measured (peft's
     LoRA with fp32 adapters: the recipe "fp32")."""
@@ -134,13 +175,22 @@ def _whole(b: Bytes) -> int:
 
 
 def compare(config: dict) -> list[Comparison]:
-    """Every quantity of one recorded configuration beside the library's prediction."""
+    """Every quantity of one recorded configuration beside the library's prediction; a
+    ValueError for one the library cannot predict yet (see :func:`comparable`)."""
+    if not comparable(config):
+        raise ValueError(f"{config['id']} is not compared ({config['not_compared']}); accepted: "
+                         "a configuration without 'not_compared' (comparable())")
     e = estimate_of(config)
     cid, m = config["id"], config["measured"]
     if config["kind"] == "saved":
-        layer = m["per_layer"][m["layer_shown"]]
-        return [
-            Comparison(cid, "activations", "one layer", layer, _whole(e.layer.total)),
+        if "layer_groups" in m:  # layers of several kinds: each group against its kind
+            layers = [Comparison(cid, "activations", _layers_named(g["layers"]), g["bytes"],
+                                 _whole(_layer_of(config, g["layers"][0]).total))
+                      for g in m["layer_groups"]]
+        else:
+            layers = [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
+                                 _whole(e.layer.total))]
+        return layers + [
             Comparison(cid, "activations", "whole model", m["total"], _whole(e.activations)),
             Comparison(cid, "activations", "of which weight copies", m["weight_copies"],
                        _whole(e.weight_copies)),
@@ -201,5 +251,6 @@ def _compare_finetune(config: dict, e: Estimate) -> list[Comparison]:
 
 
 def compare_all(doc: dict) -> list[Comparison]:
-    """:func:`compare` for every configuration of a measurements document, in its order."""
-    return [c for config in doc["configurations"] for c in compare(config)]
+    """:func:`compare` for every comparable configuration of a measurements document, in its
+    order (:func:`comparable`: those marked ``not_compared`` are left out)."""
+    return [c for config in doc["configurations"] if comparable(config) for c in compare(config)]

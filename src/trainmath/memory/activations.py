@@ -33,6 +33,7 @@ from functools import cached_property, lru_cache
 
 from .kernels import (FP32_BYTES, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES, _kernels,
                       context_parallel_problems, kernel_problems)
+from .hf_families import hf_family, norm_keeps
 from ..model.shape import ModelShape
 from ..parallel.layout import Layout, sequence_problems, tensor_split_problems
 from ..problems import check
@@ -334,6 +335,7 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     v, m = k.value_bytes, k.mask_bytes
     r = FP32_BYTES if autocast else v  # the residual stream: fp32 parameters under autocast
     hf = k.family == "hf"
+    fam = hf_family(model.hf_family if hf else "")
 
     def saved(block: str, name: str, n: Fraction, statistic: bool = False) -> Saved:
         return Saved(block, name, Bytes(n), statistic)
@@ -357,15 +359,26 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
         out.append(saved("norms", f"{stat_name} of the {which} {norm_name} (per token)",
                          stat_bytes * stats_per_norm * tokens * rep, statistic=True))
         if hf:  # self.weight * hidden_states.to(input_dtype) saves the normalised input
-            normed = "fp32 normalised input" if autocast else "16-bit normalised input (.to(input_dtype))"
-            out.append(saved("norms", f"{normed} of the {which} {norm_name}, for its weight",
-                             (FP32_BYTES if autocast else v) * width))
+            kept_for_weight("norms", width, h, "input", f"of the {which} {norm_name}, for its "
+                            "weight", " (.to(input_dtype))")
         if autocast:  # each Linear casts its own input
             n = _projections(model, block)
             out.append(saved(block, f"16-bit copies of the {which} {norm_name}'s output, one per "
                                     f"projection that reads it ({n})", n * v * width))
         else:
             out.append(saved(block, f"input to {reads}", v * width))
+
+    def kept_for_weight(block: str, width: Fraction, channels: int, thing: str, what: str,
+                        cast: str = "") -> None:
+        """What an HF RMSNorm keeps for its weight (:func:`~trainmath.memory.hf_families.norm_keeps`)."""
+        size, offset = norm_keeps(fam, autocast)
+        if size is None:
+            out.append(saved(block, f"16-bit normalised {thing}{cast} {what}", v * width))
+        else:
+            out.append(saved(block, f"fp32 normalised {thing} {what}", size * width))
+        if offset:
+            out.append(saved(block, f"1 + weight in fp32 {what} (GemmaRMSNorm)",
+                             Fraction(FP32_BYTES * channels)))
 
     def weights(block: str, params: int) -> None:
         if autocast:
@@ -385,8 +398,8 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
         out.append(saved("norms", f"{stat_name} of the {which} {norm_name} (per token)",
                          stat_bytes * stats_per_norm * tokens * rep, statistic=True))
         if hf:
-            out.append(saved("norms", f"16-bit normalised input of the {which} {norm_name}, for "
-                                      "its weight", v * width))
+            kept_for_weight("norms", width, h, "input", f"of the {which} {norm_name}, for its "
+                            "weight")
 
     def head_norms() -> None:
         """Norms of the queries and keys (:data:`~trainmath.model.shape.QK_NORMS`): each saves
@@ -406,8 +419,9 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
                          FP32_BYTES * tokens * heads * (split if heads > 2 else rep),
                          statistic=True))
         if hf and model.qk_norm != "l2":
-            out.append(saved("attention", f"16-bit normalised Q and K of their {what}, for "
-                                          "their weights", v * width))
+            channels = 2 * model.head_dim if model.qk_norm == "head" else q + kv
+            kept_for_weight("attention", width, channels, "Q and K",
+                            f"of their {what}, for their weights")
 
     # attention
     if model.norm_placement == "post":  # OLMo 2: the projections read the residual stream
@@ -417,6 +431,11 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
         norm("first", "attention", "the Q, K, V projections")
     window_mask = (hf and attention == "flash" and model.sliding_window
                    and s >= model.sliding_window)
+    if hf and fam.name == "llama4_text" and not model.qk_norm:
+        # Llama 4's global layers (no RoPE, no L2 norm: layer_shape) scale their queries by a
+        # temperature per position, log1p(floor((pos + 1) / floor_scale))·attn_scale + 1, fp32
+        out.append(saved("attention", "query temperature per position, fp32 (global layers)",
+                         FP32_BYTES * Fraction(s)))
     if model.latent:
         out.extend(_latent(model, tokens, split=split, rep=rep, v=v, stat_bytes=stat_bytes, hf=hf))
         q = model.q_dim  # Q and K at a·(nope + rope); V and O at a·d_v
@@ -437,7 +456,12 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
                                  v * scores))
             if model.attention_sinks:  # gpt-oss: a sink logit per head joins every softmax
                 scores = Fraction(a * s * (s + 1) * b) * split
-            fp32_softmax = hf or autocast  # softmax(dtype=float32), or autocast's float32 list
+            # softmax(dtype=float32), or autocast's float32 list; Llama 4's and gpt-oss's code
+            # runs it in the model's dtype
+            fp32_softmax = (hf and fam.eager_softmax == "fp32") or autocast
+            if hf and fam.max_index:  # gpt-oss: the max over scores and sink, before softmax
+                out.append(saved("attention", "index of each score row's maximum, int64 (per "
+                                              "head and token)", 8 * tokens * a * split))
             if fp32_softmax:
                 out.append(saved("attention", "softmax output in fp32 (s×s per head)",
                                  FP32_BYTES * scores))
@@ -518,8 +542,10 @@ def _latent(model: ModelShape, tokens: Fraction, *, split: Fraction, rep: Fracti
     (kv_rank), the up-projection's output, whose slices are the keys without rotary and the
     values (a·(nope + d_v)); the queries after rotary and the keys, the per-head keys joined to
     the one shared rotary key (a·(nope + rope) each). The down-projections are not split by tp
-    (Megatron-Core keeps them whole), the up-projections are. Hugging Face's RMSNorms keep an
-    fp32 copy and the normalised 16-bit input instead of the input (``DeepseekV3RMSNorm``)."""
+    (Megatron-Core keeps them whole), the up-projections are. Hugging Face's RMSNorms
+    (``DeepseekV3RMSNorm``) keep an fp32 copy of the input and the normalised 16-bit input
+    beside their output, and its rotary key is not kept apart (its product with the cos and sin
+    tables keeps only the tables); measured: validate/measure, DeepSeek-V3's layers."""
     a, d, rope, rank = model.heads, model.head_dim, model.rotary_dim, model.kv_rank
     nope, dv = d - rope, model.v_head_dim
     out: list[Saved] = []
@@ -533,15 +559,16 @@ def _latent(model: ModelShape, tokens: Fraction, *, split: Fraction, rep: Fracti
                              Bytes(v * tokens * width * rep)))
         out.append(Saved("attention", f"1/rms of the {name}'s RMSNorm (per token)",
                          Bytes(stat_bytes * tokens * rep), statistic=True))
+        if hf:  # DeepseekV3RMSNorm: weight * x.to(input_dtype), as LlamaRMSNorm
+            out.append(Saved("attention", f"16-bit normalised {name}, for its norm's weight",
+                             Bytes(v * tokens * width * rep)))
         out.append(Saved("attention", f"normalised {name}, input to its up-projection",
                          Bytes(v * tokens * width * rep)))
 
     if model.q_rank:
         rms("compressed query (q_rank)", model.q_rank)
-    if hf:
+    if hf:  # the rotary key's product with the cos/sin tables keeps only the tables
         rms("compressed key-value latent (kv_rank)", rank)
-        out.append(Saved("attention", "the rotary key, one head shared by all (rope wide)",
-                         Bytes(v * tokens * rope * rep)))
     else:  # the latent's slice is a view of kv_a's output, which the norm keeps whole
         out.append(Saved("attention", "kv_a's output: the latent (kv_rank) and the rotary key",
                          Bytes(v * tokens * (rank + rope) * rep)))
@@ -596,32 +623,81 @@ def _moe_block(model: ModelShape, tokens: Fraction, *, rep: Fraction, split: Fra
     """
     h, k, E, w = model.hidden, model.experts_per_token, model.experts, model.expert_width
     copies = tokens * k
-    out = [
-        Saved("MLP", "router probabilities, fp32 (E per token)", Bytes(FP32_BYTES * tokens * E * rep)),
-        Saved("MLP", "top-k expert indices, int64 (k per token)", Bytes(INDEX_BYTES * copies * rep)),
-        Saved("MLP", "top-k routing weights, fp32 (k per token)", Bytes(FP32_BYTES * copies * rep)),
-        Saved("MLP", "dispatched token copies, the experts' input (k × h per token)",
-              Bytes(v * copies * h)),
-    ]
-    out += _mlp_intermediates(model, copies, w, split=split, v=v, mlp_kernel=mlp_kernel,
-                              who="routed experts")
+    fam = hf_family(model.hf_family if hf else "")
+    if hf and fam.experts == "every-token":
+        return _moe_every_token(model, tokens, rep=rep, split=split, v=v)
+    out = []
+    if hf and fam.router == "fp32-input":  # F.linear(x.type(float32), weight.type(float32))
+        out += [Saved("MLP", "fp32 copy of the router's input", Bytes(FP32_BYTES * tokens * h * rep)),
+                Saved("MLP", "fp32 copy of the router's weight", Bytes(FP32_BYTES * E * h),
+                      weight_copy=True)]
+    if not (hf and fam.router == "topk-softmax"):  # gpt-oss: a softmax over the top k only
+        out.append(Saved("MLP", "router probabilities, fp32 (E per token)",
+                         Bytes(FP32_BYTES * tokens * E * rep)))
+    out.append(Saved("MLP", "top-k expert indices, int64 (k per token)", Bytes(INDEX_BYTES * copies * rep)))
+    if hf and fam.router == "topk-softmax":
+        out.append(Saved("MLP", "softmax over the top-k logits, 16-bit (k per token)",
+                         Bytes(v * copies * rep)))
+    else:
+        out.append(Saved("MLP", "top-k routing weights, fp32 (k per token)",
+                         Bytes(FP32_BYTES * copies * rep)))
+    out.append(Saved("MLP", "dispatched token copies, the experts' input (k × h per token)",
+                     Bytes(v * copies * h)))
+    if hf and fam.expert_widths != 4:  # gpt-oss: clamps, sigmoid, (up + 1) · glu
+        out.append(Saved("MLP", f"routed experts: clamped gated MLP intermediates "
+                                f"({fam.expert_widths} × expert ffn wide)",
+                         Bytes(fam.expert_widths * v * copies * w * split)))
+    else:
+        out += _mlp_intermediates(model, copies, w, split=split, v=v, mlp_kernel=mlp_kernel,
+                                  who="routed experts")
     out.append(Saved("MLP", "expert outputs, input to the weighted combine (k × h per token)",
                      Bytes(v * copies * h)))
     if hf:
+        if fam.router != "topk-softmax":
+            out.append(Saved("MLP", "sum of each token's top-k weights, fp32 (their normalisation)",
+                             Bytes(FP32_BYTES * tokens * rep)))
+        weight = "fp32" if fam.gathered_weight_bytes == 4 else "16-bit"
         out += [
-            Saved("MLP", "sum of each token's top-k weights, fp32 (their normalisation)",
-                  Bytes(FP32_BYTES * tokens * rep)),
             Saved("MLP", "sort of the token copies by expert, and each copy's token, int64",
                   Bytes(2 * INDEX_BYTES * copies)),
             Saved("MLP", "offsets of the grouped matrix multiply, int32 (one per expert)",
                   Bytes(4 * E)),
-            Saved("MLP", "routing weight of each copy, gathered, fp32", Bytes(FP32_BYTES * copies)),
+            Saved("MLP", f"routing weight of each copy, gathered, {weight}",
+                  Bytes(fam.gathered_weight_bytes * copies)),
             Saved("MLP", "inverse permutation back to token order, int64 (per copy)",
                   Bytes(INDEX_BYTES * copies)),
         ]
+        if model.bias:  # gate_up_proj_bias[expert_ids_g]: the gather keeps the sorted ids
+            out.append(Saved("MLP", "each copy's expert id, sorted, int64 (the experts' bias "
+                                    "gather)", Bytes(INDEX_BYTES * copies)))
     if model.shared_experts:
         out += _mlp_intermediates(model, tokens, model.shared_experts * w, split=split, v=v,
                                   mlp_kernel=mlp_kernel, who="shared experts")
+    return out
+
+
+def _moe_every_token(model: ModelShape, tokens: Fraction, *, rep: Fraction, split: Fraction,
+                     v: int) -> list[Saved]:
+    """Llama 4's mixture as transformers runs it (``Llama4TextMoe``, ``Llama4Router``): the
+    top-1 index, a sigmoid over the E router scores in fp32 and its 16-bit copy, every token
+    repeated to every expert (``hidden_states.repeat(num_experts, 1)``) and scaled by its
+    score, and every expert's SwiGLU (gate and up in one ``bmm``, SiLU, the product) on all
+    E·T copies; the shared expert as a dense MLP on every token."""
+    h, k, E, w = model.hidden, model.experts_per_token, model.experts, model.expert_width
+    every = tokens * E
+    out = [
+        Saved("MLP", "top-k expert indices, int64 (k per token)", Bytes(INDEX_BYTES * tokens * k * rep)),
+        Saved("MLP", "router probabilities, fp32 (E per token)", Bytes(FP32_BYTES * every * rep)),
+        Saved("MLP", "router scores, 16-bit (E per token)", Bytes(v * every * rep)),
+        Saved("MLP", "every token repeated to every expert (E × h per token)", Bytes(v * every * h)),
+        Saved("MLP", "the repeated tokens scaled by their scores, the experts' input",
+              Bytes(v * every * h)),
+        Saved("MLP", "every expert's gate and up outputs, SiLU and product (4 × expert ffn wide, "
+                     "E per token)", Bytes(4 * v * every * w * split)),
+    ]
+    if model.shared_experts:
+        out += _mlp_intermediates(model, tokens, model.shared_experts * w, split=split, v=v,
+                                  mlp_kernel="eager", who="shared experts")
     return out
 
 

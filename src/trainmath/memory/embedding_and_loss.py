@@ -14,6 +14,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from .activations import Kernels, LayerActivations, Saved, Split, _check_split
+from .hf_families import hf_family, norm_keeps
 from .kernels import FP32_BYTES, MASK_BYTES, STAT_BYTES, _kernels
 from ..model.shape import ModelShape
 from ..units import Bytes, positive_int
@@ -48,18 +49,21 @@ def _input(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
 
 
 def rotary_activations(model: ModelShape, s: int, *, cp: int = 1, value_bytes: int = 2,
-                       autocast: bool = False) -> LayerActivations:
+                       autocast: bool = False, implementation: str | None = None) -> LayerActivations:
     """The rotary embedding's cos and sin tables, saved once per forward pass and shared by
     every layer (empty for learned positions).
 
     Each is s × head_dim in the residual stream's format (the reference model and Hugging
     Face's ``LlamaRotaryEmbedding`` cast them to the hidden states' dtype: fp32 under
     autocast); the multiplies by them save only the tables (Su et al. 2021's rotation).
+    Hugging Face's code for some families keeps them otherwise
+    (:data:`~trainmath.memory.hf_families.HF_FAMILIES`' ``rotary``).
     """
     s = positive_int("s (sequence length)", s)
     cp = positive_int("cp (context-parallel size)", cp)
+    family, _ = _kernels(implementation, None)
     return _rotary(model, Split(s, 1, cp=cp),
-                   Kernels(value_bytes=positive_int("value_bytes", value_bytes),
+                   Kernels(family=family, value_bytes=positive_int("value_bytes", value_bytes),
                            autocast=bool(autocast)))
 
 
@@ -70,9 +74,19 @@ def _rotary(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     if model.positions:
         return LayerActivations(())
     r = FP32_BYTES if k.autocast else k.value_bytes
-    table = Bytes(r * Fraction(sp.seq_len, sp.cp) * model.rotary_width)  # partial rotary
-    return LayerActivations((Saved("rotary", "cos table (s × head_dim)", table),
-                             Saved("rotary", "sin table (s × head_dim)", table)))
+    width, pairs = model.rotary_width, 1  # partial rotary: its width
+    if k.family == "hf":
+        fam = hf_family(model.hf_family)
+        r = FP32_BYTES if fam.rotary == "fp32" else r
+        width = width // 2 if fam.rotary == "half" else width
+        pairs = fam.rotary_pairs if model.local_span and model.global_every else 1
+    table = Bytes(r * Fraction(sp.seq_len, sp.cp) * width)
+    both = (Saved("rotary", "cos table (s × head_dim)", table),
+            Saved("rotary", "sin table (s × head_dim)", table))
+    if pairs == 1:
+        return LayerActivations(both)
+    return LayerActivations(both + (Saved("rotary", "cos table of the local layers", table),
+                                    Saved("rotary", "sin table of the local layers", table)))
 
 
 def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
@@ -123,9 +137,13 @@ def _output(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
         out.append(Saved("output", f"input to the final {norm}", Bytes(r * width)))
     out.append(Saved("output", f"statistics of the final {norm} (per token)",
                      Bytes(stat_bytes * stats * tokens * rep), statistic=True))
-    if family == "hf":
+    if family == "hf":  # as its layers' norms keep it (trainmath.memory.hf_families)
+        size, offset = norm_keeps(hf_family(model.hf_family), autocast)
         out.append(Saved("output", f"normalised input of the final {norm}, for its weight",
-                         Bytes((FP32_BYTES if autocast else v) * width)))
+                         Bytes((size or v) * width)))
+        if offset:
+            out.append(Saved("output", f"1 + weight of the final {norm} in fp32 (GemmaRMSNorm)",
+                             Bytes(FP32_BYTES * h)))
     out.append(Saved("output", "input to the output projection (LM head)"
                      + (", autocast's 16-bit copy" if autocast else ""), Bytes(v * width)))
     if autocast:

@@ -39,8 +39,8 @@ MASK_BYTES = 1
 STAT_BYTES = 4
 #: Kernel families: "megatron" is the kernel set Megatron-LM runs with Transformer Engine (fused
 #: norms that save their 16-bit input and fp32 statistics, 1-byte dropout masks, softmax kept in
-#: the compute format); "hf" is Hugging Face transformers' ``LlamaForCausalLM`` and
-#: ``MistralForCausalLM`` (see :data:`IMPLEMENTATIONS`).
+#: the compute format); "hf" is Hugging Face transformers' ``LlamaForCausalLM`` and the
+#: families whose code differs from it, :mod:`trainmath.memory.hf_families` (see :data:`IMPLEMENTATIONS`).
 KERNEL_FAMILIES = ("megatron", "hf")
 #: Bytes of an fp32 value: the residual stream under autocast, softmax in fp32, the loss's
 #: log-softmax, FlashAttention's log-sum-exp.
@@ -129,22 +129,22 @@ def kernel_problems(model: ModelShape, implementation_name: str, *, tp: int = 1,
                     mlp_kernel: str = "eager") -> list[Problem]:
     """What an implementation's kernels cannot run: one problem, naming every mismatch, or none.
 
-    Hugging Face's ``LlamaForCausalLM``, ``MistralForCausalLM`` and ``MixtralForCausalLM`` (whose
-    MoE block has no shared experts) have RMSNorm, a SwiGLU MLP (eager), rotary positions and no
-    dropout, and their training loop has no tensor, sequence or context parallelism and no
-    selective recomputation (``gradient_checkpointing`` recomputes whole layers:
-    ``recompute="full"``). The "megatron" family runs every shape and layout.
+    Hugging Face's families counted (Llama's code, and those of
+    :data:`~trainmath.memory.hf_families.HF_FAMILIES`) have RMSNorm, a SwiGLU or GeGLU MLP
+    (eager), rotary positions and no dropout, and their training loop has no tensor, sequence
+    or context parallelism and no selective recomputation (``gradient_checkpointing``
+    recomputes whole layers: ``recompute="full"``). The "megatron" family runs every shape and
+    layout.
     """
     impl = implementation(implementation_name)
     if impl.family != "hf":
         return []
     wrong, fields = [], ["implementation"]
-    if model.moe and model.shared_experts:
-        wrong.append(f"{model.name!r}, whose shared experts Mixtral's MoE block has not")
-    if model.norm != "rmsnorm" or model.mlp != "swiglu" or model.dropout or model.positions:
+    if model.norm != "rmsnorm" or model.mlp not in ("swiglu", "geglu") or model.dropout \
+            or model.positions:
         wrong.append(f"{model.name!r} has norm={model.norm!r}, mlp={model.mlp!r}, "
-                     f"dropout={model.dropout}, positions={model.positions} (Llama and Mistral "
-                     "have rmsnorm, swiglu, no dropout, rotary positions)")
+                     f"dropout={model.dropout}, positions={model.positions} (the families "
+                     "counted have rmsnorm, a swiglu or geglu MLP, no dropout, rotary positions)")
     if tp > 1 or cp > 1 or sequence_parallel:
         wrong.append(f"tp = {tp}, cp = {cp}, sequence_parallel = {bool(sequence_parallel)} "
                      "(accepted: tp = cp = 1, no sequence parallelism)")

@@ -235,7 +235,7 @@ def stage_activations(
     output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes,
                                  **kernels)
               if stage == pp - 1 else None)
-    rotary = rotary_activations(model, s, cp=cp, value_bytes=value_bytes, autocast=autocast)
+    rotary = rotary_activations(model, s, cp=cp, value_bytes=value_bytes, **kernels)
     return _stage(model, per_layer, embedding=embedding, output=output, pp=pp,
                   microbatches=microbatches, held=held, rotary=rotary, v=v, layers=len(indices),
                   mix=mix)

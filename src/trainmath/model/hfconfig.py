@@ -480,6 +480,10 @@ _FAMILIES: dict[str, Callable[[_Keys], dict[str, Any]]] = {
 #: config does not say.
 COMPOSITE: dict[str, str] = {"gemma3": "gemma3_text", "llama4": "llama4_text",
                              "mistral3": "mistral"}
+#: The families whose transformers code saves other tensors than Llama's: their shapes name
+#: it (``hf_family``, :data:`trainmath.memory.hf_families.HF_FAMILIES` says how it differs).
+OWN_CODE = ("gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "deepseek_v2",
+            "deepseek_v3", "gpt_oss", "llama4_text")
 #: The families :func:`shape_from_config` reads (``model_type`` values).
 FAMILIES = tuple(_FAMILIES)
 
@@ -504,6 +508,8 @@ def shape_from_config(d: dict[str, Any], name: str = "config.json", source: str 
             raise ValueError(f"config.json 'text_config' 'model_type' {family!r} is not a family "
                              f"this library reads; accepted: {', '.join(_FAMILIES)}")
     fields = _FAMILIES[family](_Keys(d, family))
+    if family in OWN_CODE:
+        fields["hf_family"] = family
     what = family if outer == family else f"{outer}, its text_config {family}"
     return shape(name, source=source or f"config.json ({what})", **fields)
 

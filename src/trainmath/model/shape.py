@@ -137,6 +137,10 @@ class ModelShape:
     #: layer's kind, two norms and a 2h × h projection, with a final norm; they share the
     #: embedding and the LM head
     mtp_layers: int = 0
+    #: the transformers family whose own code saves other tensors than Llama's
+    #: (:data:`trainmath.memory.hf_families.HF_FAMILIES`: Gemma's, OLMo 2's, gpt-oss's norms,
+    #: routers and experts); "" for Llama's code. Only the "hf" kernels read it
+    hf_family: str = ""
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "ffn", "vocab", "kv_heads"):
@@ -158,6 +162,9 @@ class ModelShape:
         object.__setattr__(self, "moe_every", positive_int("moe_every", self.moe_every))
         choice("norm_placement", self.norm_placement, NORM_PLACEMENTS)
         choice("qk_norm", self.qk_norm, QK_NORMS)
+        if not isinstance(self.hf_family, str):
+            raise ValueError(f"hf_family {self.hf_family!r} is not a name; accepted: a "
+                             "transformers model_type, or \"\" for Llama's code")
         for name in ("attention_softcap", "final_softcap"):
             cap = getattr(self, name)
             if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap < 0:
@@ -308,7 +315,7 @@ def shape(
     ``architecture`` takes the fields of today's architectures by name (``qk_norm``,
     ``norm_placement``, ``kv_rank``, ``q_rank``, ``v_head_width``, ``global_every``,
     ``attention_chunk``, ``attention_softcap``, ``final_softcap``, ``attention_sinks``,
-    ``dense_layers``, ``moe_every``, ``mtp_layers``)."""
+    ``dense_layers``, ``moe_every``, ``mtp_layers``, ``hf_family``)."""
     unknown = [k for k in architecture if k not in _ARCHITECTURE_FIELDS]
     if unknown:
         raise ValueError(f"unknown shape field {unknown[0]!r}; accepted: "
@@ -326,7 +333,8 @@ def shape(
 
 _ARCHITECTURE_FIELDS = ("norm_placement", "qk_norm", "kv_rank", "q_rank", "v_head_width",
                         "global_every", "attention_chunk", "attention_softcap", "final_softcap",
-                        "attention_sinks", "dense_layers", "moe_every", "mtp_layers")
+                        "attention_sinks", "dense_layers", "moe_every", "mtp_layers",
+                        "hf_family")
 
 
 @dataclass(frozen=True)
