@@ -4,7 +4,9 @@ Per layer, the norms and the row-parallel biases are replicated and everything e
 by tp (Shoeybi et al. 2019, §3); stages hold L/pp layers (or the layout's split,
 :meth:`~trainmath.parallel.layout.Layout.device_layers`), the first also the embedding, the last
 the final norm and LM head (Narayanan et al. 2021, §2.2); a mixture's routed experts are split
-ep·tp ways. Counts, not bytes: :mod:`trainmath.memory.stages` turns them into memory and
+ep·etp ways (etp, the expert-tensor-parallel size, is tp unless the layout gives it), its
+shared experts tp ways like a dense MLP (Megatron-Core's ``SharedExpertMLP`` runs in the
+tensor-parallel region of the attention). Counts, not bytes: :mod:`trainmath.memory.stages` turns them into memory and
 :mod:`trainmath.time.communication` into traffic.
 
 >>> from trainmath.model.presets import preset
@@ -42,8 +44,8 @@ class StageParams:
     embedding: int
     lm_head: int
     final_norm: int
-    #: routed experts' parameters on this device (all layers of the stage), split ep·tp ways;
-    #: ZeRO shards their states over the expert data-parallel group, dp·cp/ep
+    #: routed experts' parameters on this device (all layers of the stage), split ep·etp ways;
+    #: ZeRO shards their states over the expert data-parallel group, edp = dp·cp·tp/(etp·ep)
     expert: int = 0
 
     @property
@@ -77,7 +79,7 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     parts = param_breakdown(model)
     h = model.hidden
     replicated = parts.per_layer_norms + (2 * h if model.bias else 0)
-    routed = parts.per_layer_routed  # routed experts: split ep·tp ways
+    routed = parts.per_layer_routed  # routed experts: split ep·etp ways
     if model.moe:
         replicated += h * model.experts  # the router, on every rank
     split = parts.per_layer - replicated - routed
@@ -106,7 +108,7 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
                 embedding=embedding,
                 lm_head=lm_head,
                 final_norm=final_norm,
-                expert=per_stage * routed // (lay.ep * tp),
+                expert=per_stage * routed // (lay.ep * lay.expert_tp),
             )
         )
     return tuple(stages)
