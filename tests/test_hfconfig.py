@@ -2,12 +2,13 @@
 counts from sources outside the code (each cited where it is asserted)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from trainmath.report.data import estimate_dict, estimate_json
-from trainmath.model.hfconfig import FAMILIES, family_of, load_config, shape_from_config
+from trainmath.model.hfconfig import COMPOSITE, FAMILIES, family_of, load_config, shape_from_config
 from trainmath.model.shape import param_breakdown, param_count
 from trainmath.model.presets import preset, preset_like
 from trainmath.runs.estimates import estimate
@@ -57,7 +58,154 @@ def test_each_published_config_gives_its_published_parameter_count(name):
 
 
 def test_the_test_data_covers_every_family():
-    assert {family_of(config(n)) for n in PUBLISHED} == set(FAMILIES)
+    read = set()
+    for path in DATA.glob("*.json"):
+        if path.name == "SOURCES.json":
+            continue
+        d = json.loads(path.read_text(encoding="utf-8"))
+        family = family_of(d)
+        read.add(family if family not in COMPOSITE else d["text_config"].get("model_type")
+                 or COMPOSITE[family])
+        read.add(family)
+    assert set(FAMILIES) | set(COMPOSITE) <= read
+
+
+# -- today's models: the published counts, each from tests/data/hf-configs/SOURCES.json ----------
+SOURCES = json.loads((DATA / "SOURCES.json").read_text(encoding="utf-8"))["files"]
+EXACT = {name: next(p["value"] for p in info["published"] if p.get("exact")
+                    and isinstance(p["value"], int) and p.get("unit") is None)
+         for name, info in SOURCES.items()
+         if any(p.get("exact") and isinstance(p["value"], int) for p in info["published"])}
+
+
+def _fp8_block_scales(m) -> int:
+    """DeepSeek-V3's checkpoint keeps one fp32 scale per 128 × 128 block of every fp8 weight:
+    the attention, MLP and expert matrices of all its layers and of the MTP layer
+    (``weight_scale_inv``, quantization_config weight_block_size [128, 128])."""
+    from trainmath.model.shape import param_shapes
+    blocks = lambda o, i: -(-o // 128) * -(-i // 128)  # noqa: E731
+    h, E = m.hidden, m.experts
+    total = 0
+    ps = param_shapes(m)
+    mtp_layer = ps.per_layer[-1]
+    for layer in (*ps.per_layer, mtp_layer):
+        for t in layer:
+            if len(t) == 2 and t != (E, h):  # every matrix but the router (bf16)
+                total += blocks(*t)
+            elif len(t) == 3:  # each expert's matrix: (E, out, in)
+                total += t[0] * blocks(t[1], t[2])
+    return total
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_todays_models_give_their_published_counts(name):
+    """Each config's count equals the figure published for the model (SOURCES.json), once
+    what that figure counts beyond the text model's parameters is added: a composite model's
+    vision tower and projector (their counts recorded beside the figure), Qwen3-0.6B's stored
+    copy of its tied LM head (the checkpoint holds lm_head.weight), and DeepSeek-V3's
+    checkpoint extras (its multi-token prediction layer's own copies of the embedding and the
+    head, the fp8 weights' 128 × 128 block scales and the routers' 256 correction biases per
+    mixture layer, MTP's included)."""
+    m = load_config(DATA / name)
+    count = param_count(m)
+    extra = SOURCES[name].get("outside_text", {}).get("params", 0)
+    if name == "Qwen3-0.6B.json":
+        extra = m.vocab * m.hidden
+    if name == "DeepSeek-V3.json":
+        moe_layers = param_breakdown(m).moe_layers + m.mtp_layers
+        extra = 2 * m.vocab * m.hidden + _fp8_block_scales(m) + moe_layers * m.experts
+    assert count + extra == EXACT[name]
+
+
+def test_deepseek_v3_is_671b_without_its_prediction_module():
+    """DeepSeek-V3's README: "671B" main model weights and "14B" of the multi-token prediction
+    module (of which 11.5B unique, README_WEIGHTS.md); transformers builds the main model only,
+    671,026,404,352 parameters (tests/data/hf-configs/SOURCES.json)."""
+    m = load_config(DATA / "DeepSeek-V3.json")
+    main = param_count(replace(m, mtp_layers=0))
+    assert main == 671_026_404_352 and round(main / 1e9) == 671
+    assert round((param_count(m) - main) / 1e8) == 116  # "11.5B unique": 11.61B with eh_proj
+
+
+@pytest.mark.parametrize(("name", "published"), [
+    ("Llama-4-Scout-17B-16E-Instruct.json", 17),  # "17B active"
+    ("Llama-4-Maverick-17B-128E-Instruct.json", 17),  # "17B active"
+])
+def test_llama_4_active_parameters(name, published):
+    assert round(param_breakdown(load_config(DATA / name)).active / 1e9) == published
+
+
+def test_gpt_oss_active_parameters_are_the_model_cards_without_the_embedding():
+    """OpenAI's model card: gpt-oss-20b 3.6B and gpt-oss-120b 5.1B active parameters, which
+    count the unembedding but not the embedding (201,088 × 2,880)."""
+    for name, published in (("gpt-oss-20b.json", 36), ("gpt-oss-120b.json", 51)):
+        m = load_config(DATA / name)
+        assert round((param_breakdown(m).active - m.vocab * m.hidden) / 1e8) == published
+
+
+def test_deepseek_v3_active_parameters():
+    """DeepSeek-V3's README: "37B activated" of the main model, counted as the gpt-oss card
+    counts them: with the output head, without the embedding (its README_WEIGHTS.md says 36.7B,
+    an earlier version 36.6B "including 0.9B for the output Head")."""
+    m = replace(load_config(DATA / "DeepSeek-V3.json"), mtp_layers=0)
+    active = param_breakdown(m).active - m.vocab * m.hidden
+    assert round(active / 1e9) == 37 and round(active / 1e8) == 366
+
+
+@pytest.mark.parametrize(("name", "preset_name"), [
+    ("Qwen3-8B.json", "qwen3-8b"), ("Qwen3-30B-A3B.json", "qwen3-30b-a3b"),
+    ("DeepSeek-V3.json", "deepseek-v3"), ("gemma-2-9b.json", "gemma-2-9b"),
+    ("gpt-oss-20b.json", "gpt-oss-20b"),
+])
+def test_a_preset_and_its_config_give_the_same_json(name, preset_name):
+    m = load_config(DATA / name)
+    assert preset_like(m) == preset_name
+    a = json.loads(estimate_json(estimate(run(m, seq_len=4096, dp=8, zero_stage=1,
+                                              gpu="h100-sxm"))))
+    b = json.loads(estimate_json(estimate(run(preset_name, seq_len=4096, dp=8, zero_stage=1,
+                                              gpu="h100-sxm"))))
+    assert a["inputs"].pop("model") == m.name and b["inputs"].pop("model") == preset_name
+    assert a == b
+
+
+def test_what_the_families_read():
+    qwen = load_config(DATA / "Qwen3-0.6B.json")
+    assert (qwen.head_dim, qwen.q_dim, qwen.qk_norm, qwen.tied_embeddings) == (128, 2048, "head", True)
+    ds = load_config(DATA / "DeepSeek-V3.json")
+    assert (ds.latent, ds.kv_rank, ds.q_rank, ds.head_dim, ds.rotary_dim, ds.v_head_dim) == \
+        (True, 512, 1536, 192, 64, 128)
+    assert (ds.dense_layers, ds.mtp_layers, ds.shared_experts, ds.expert_width) == (3, 1, 1, 2048)
+    lite = load_config(DATA / "DeepSeek-V2-Lite.json")
+    assert (lite.q_rank, lite.dense_layers, lite.shared_experts) == (0, 1, 2)
+    g2 = load_config(DATA / "gemma-2-9b.json")
+    assert (g2.norm_placement, g2.global_every, g2.sliding_window) == ("sandwich", 2, 4096)
+    assert (g2.attention_softcap, g2.final_softcap) == (50.0, 30.0)
+    g3 = load_config(DATA / "gemma-3-12b-it.json")
+    assert (g3.qk_norm, g3.global_every, g3.sliding_window, g3.vocab) == ("head", 6, 1024, 262208)
+    oss = load_config(DATA / "gpt-oss-20b.json")
+    assert (oss.bias, oss.attention_sinks, oss.global_every, oss.sliding_window) == (True, True, 2, 128)
+    olmo = load_config(DATA / "OLMo-2-1124-13B.json")
+    assert (olmo.norm_placement, olmo.qk_norm) == ("post", "full")
+    scout = load_config(DATA / "Llama-4-Scout-17B-16E-Instruct.json")
+    assert (scout.qk_norm, scout.attention_chunk, scout.global_every, scout.moe_every) == ("l2", 8192, 4, 1)
+    maverick = load_config(DATA / "Llama-4-Maverick-17B-128E-Instruct.json")
+    assert (maverick.moe_every, maverick.qk_norm, maverick.ffn, maverick.expert_width) == (2, "", 16384, 8192)
+    phi = load_config(DATA / "Phi-4-mini-instruct.json")
+    assert (phi.rotary_width, phi.tied_embeddings) == (96, True)
+
+
+@pytest.mark.parametrize(("name", "change", "message"), [
+    ("Qwen3-8B", {"use_sliding_window": True}, "'use_sliding_window' is True for a 'qwen3' model"),
+    ("Qwen3-30B-A3B", {"mlp_only_layers": [0, 1]}, "'mlp_only_layers' is \\[0, 1\\]"),
+    ("DeepSeek-V3", {"moe_layer_freq": 2}, "'moe_layer_freq' is 2 for a 'deepseek_v3' model"),
+    ("gpt-oss-20b", {"layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention"] + ["full_attention"] * 20},
+     "not every 3th"),
+    ("gemma-3-12b-it", {"text_config": "none"}, "has no 'text_config' object"),
+])
+def test_keys_that_change_the_arithmetic_are_refused_by_name(name, change, message):
+    with pytest.raises(ValueError, match=message):
+        shape_from_config({**config(name), **change})
 
 
 def test_pythia_non_embedding_count_is_the_model_cards():

@@ -1,4 +1,5 @@
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -97,9 +98,11 @@ def test_preset_counts_are_the_published_ones(name, published):
 
 def test_every_preset_names_its_source():
     assert set(PRESETS) == {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                            "mistral-7b", "gpt3-175b", "llama-3-405b", "megatron-gpt-1.7b", "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b", "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b", "megatron-gpt-1t", "megatron-gpt-22b", "megatron-gpt-175b", "mixtral-8x7b"}
-    for m in PRESETS.values():
-        assert "et al." in m.source and len(m.source) > 30, m.name
+                            "mistral-7b", "gpt3-175b", "llama-3-405b", "megatron-gpt-1.7b", "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b", "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b", "megatron-gpt-1t", "megatron-gpt-22b", "megatron-gpt-175b", "mixtral-8x7b",
+                            "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-2-9b",
+                            "gpt-oss-20b"}
+    for m in PRESETS.values():  # a paper or report, by its authors and year
+        assert re.search(r"(et al\.|Team|DeepSeek-AI|OpenAI) 20\d\d", m.source), m.name
 
 
 def test_gqa_shrinks_only_the_key_and_value_projections():
@@ -197,7 +200,7 @@ def test_param_shapes_count_the_tensors_adam_steps():
     for m in (*PRESETS.values(), xl):
         ps = param_shapes(m)
         size = lambda shapes: sum(math.prod(t) for t in shapes)  # noqa: E731
-        assert ps.layers * size(ps.layer) + size(ps.root) == param_count(m)
+        assert sum(size(layer) for layer in ps.per_layer) + size(ps.root) == param_count(m)
     assert param_shapes(preset("llama-3-8b")).largest == 128256 * 4096
 
 

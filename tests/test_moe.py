@@ -71,7 +71,8 @@ def test_param_shapes_hold_the_experts_as_3d_tensors():
     (dict(experts=8, experts_per_token=9), "experts_per_token 9 must be from 1 to experts 8"),
     (dict(experts_per_token=2), "experts_per_token 2 needs experts"),
     (dict(shared_experts=1), "shared_experts 1 needs experts"),
-    (dict(experts=8, experts_per_token=2, bias=True), "bias with experts is not modelled"),
+    (dict(experts=8, experts_per_token=2, dense_layers=32), "dense_layers 32 leaves no mixture"),
+    (dict(dense_layers=1), "dense_layers and moe_every place a mixture's layers"),
 ])
 def test_bad_expert_fields(fields, message):
     with pytest.raises(ValueError, match=message):

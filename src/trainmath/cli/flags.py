@@ -30,7 +30,7 @@ from ..memory.finetune import METHODS, TARGETS, parse_targets
 from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
-from ..model.hfconfig import FAMILIES
+from ..model.hfconfig import COMPOSITE, FAMILIES
 from ..model.moe import EXPERT_LOADS
 from ..model.presets import PRESETS
 from ..model.shape import MLP_KINDS, NORM_KINDS
@@ -328,7 +328,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--model",), _BOTH, "model", "one of: " + ", ".join(PRESETS), choices=tuple(PRESETS),
          what="model preset", metavar="PRESET"),
     Flag(("--config",), _BOTH, "model", "a Hugging Face config.json (families: "
-         + ", ".join(FAMILIES) + "); the model is named by PATH", metavar="PATH"),
+         + ", ".join((*FAMILIES, *COMPOSITE)) + "); the model is named by PATH", metavar="PATH"),
     Flag(("--params",), _BOTH, "model", "parameter count (7e9, 7B, 6738415616); model states only",
          parse=parse_count, metavar="N"),
     *_positive_flags(_BOTH, "model", (("layers", "transformer layers L", None, None),

@@ -389,17 +389,71 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
             out.append(Saved(block, "16-bit copies of its Linear weights (autocast)",
                              Bytes(Fraction(2 * params, tp)), weight_copy=True))
 
+    def after(which: str, block: str) -> None:
+        """A norm on a sublayer's output, before the residual add (Gemma 2's post-attention and
+        post-feedforward norms, OLMo 2's): its input and statistics; its output is added, not
+        saved."""
+        width = tokens * h * rep
+        if hf:
+            out.append(saved("norms", f"fp32 copy of the input of the {which} {norm_name}",
+                             FP32_BYTES * width))
+        else:
+            out.append(saved("norms", f"input to the {which} {norm_name}", r * width))
+        out.append(saved("norms", f"{stat_name} of the {which} {norm_name} (per token)",
+                         stat_bytes * stats_per_norm * tokens * rep, statistic=True))
+        if hf:
+            out.append(saved("norms", f"16-bit normalised input of the {which} {norm_name}, for "
+                                      "its weight", v * width))
+
+    def head_norms() -> None:
+        """Norms of the queries and keys (:data:`~trainmath.model.shape.QK_NORMS`): each saves
+        its input (the projection's output) and per-head (or per-token) statistics; the
+        normalised Q and K are attention's own inputs."""
+        if not model.qk_norm:
+            return
+        width = tokens * (q + kv) * split
+        heads = (a + model.kv_heads) if model.qk_norm in ("head", "l2") else 2
+        what = {"head": "per-head RMSNorms", "full": "RMSNorms", "l2": "L2 norms"}[model.qk_norm]
+        if hf or model.qk_norm == "l2":  # .to(torch.float32) first, as LlamaRMSNorm does
+            out.append(saved("attention", f"fp32 copies of Q and K, inputs to their {what}",
+                             FP32_BYTES * width))
+        else:
+            out.append(saved("attention", f"Q and K, inputs to their {what}", v * width))
+        out.append(saved("attention", f"statistics of the Q and K {what}",
+                         FP32_BYTES * tokens * heads * (split if heads > 2 else rep),
+                         statistic=True))
+        if hf and model.qk_norm != "l2":
+            out.append(saved("attention", f"16-bit normalised Q and K of their {what}, for "
+                                          "their weights", v * width))
+
     # attention
-    norm("first", "attention", "the Q, K, V projections")
+    if model.norm_placement == "post":  # OLMo 2: the projections read the residual stream
+        out.append(saved("attention", "residual stream, input to the Q, K, V projections",
+                         r * tokens * h * rep))
+    else:
+        norm("first", "attention", "the Q, K, V projections")
     window_mask = (hf and attention == "flash" and model.sliding_window
                    and s >= model.sliding_window)
+    if model.latent:
+        out.extend(_latent(model, tokens, split=split, rep=rep, v=v, stat_bytes=stat_bytes, hf=hf))
+        q = model.q_dim  # Q and K at a·(nope + rope); V and O at a·d_v
+    else:
+        head_norms()
+    o_width = model.o_dim if model.latent else q
     if attention == "eager":
         out.append(saved("attention", "Q, input to QKᵀ", v * tokens * q * split))
         rep_kv = " (repeated to all a heads)" if model.kv_heads < a else ""
         out.append(saved("attention", f"K{rep_kv}, input to QKᵀ", v * tokens * q * split))
-        out.append(saved("attention", f"V{rep_kv}, input to attention over V", v * tokens * q * split))
+        if not model.latent:  # latent attention's V is kv_b's output, counted with it
+            out.append(saved("attention", f"V{rep_kv}, input to attention over V",
+                             v * tokens * q * split))
         if recompute == "none":
             scores = Fraction(a * s * s * b) * split  # a·s² per sequence (cp = 1 here)
+            if model.attention_softcap:  # cap·tanh(scores / cap): tanh keeps its output
+                out.append(saved("attention", "tanh of the scores, soft-capped (s×s per head)",
+                                 v * scores))
+            if model.attention_sinks:  # gpt-oss: a sink logit per head joins every softmax
+                scores = Fraction(a * s * (s + 1) * b) * split
             fp32_softmax = hf or autocast  # softmax(dtype=float32), or autocast's float32 list
             if fp32_softmax:
                 out.append(saved("attention", "softmax output in fp32 (s×s per head)",
@@ -413,33 +467,46 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
             elif fp32_softmax:
                 out.append(saved("attention", "16-bit copy of the probabilities, input to "
                                               "attention over V", v * scores))
-        out.append(saved("attention", "context, input to the output projection", v * tokens * q * split))
+        out.append(saved("attention", "context, input to the output projection",
+                         v * tokens * o_width * split))
     else:
         kv_width = q if window_mask else kv
         rep_kv = " repeated to all a heads" if window_mask and model.kv_heads < a else " (kv_heads heads)"
         out.append(saved("attention", "Q", v * tokens * q * split))
         out.append(saved("attention", f"K{rep_kv}", v * tokens * kv_width * split))
-        out.append(saved("attention", f"V{rep_kv}", v * tokens * kv_width * split))
+        if not model.latent:
+            out.append(saved("attention", f"V{rep_kv}", v * tokens * kv_width * split))
         if window_mask:
             out.append(saved("attention", "sliding-window mask, additive, 16-bit (b·s×s)",
                              v * b * s * s))
         out.append(saved("attention", "log-sum-exp (fp32 per head and token)",
                          FP32_BYTES * tokens * a * split))
-        out.append(saved("attention", "output O, input to the output projection", v * tokens * q * split))
+        out.append(saved("attention", "output O, input to the output projection",
+                         v * tokens * o_width * split))
     if model.dropout:
         out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
     weights("attention", 2 * h * q + 2 * h * kv)
+    if model.norm_placement in ("sandwich", "post"):
+        after("post-attention", "norms")
 
     # MLP
+    def mlp_input(reads: str) -> None:
+        if model.norm_placement == "post":
+            out.append(saved("MLP", f"residual stream, input to {reads}", r * tokens * h * rep))
+        else:
+            norm("second", "MLP", reads)
+
     if model.moe:
-        norm("second", "MLP", "the router and the experts' dispatch")
+        mlp_input("the router and the experts' dispatch")
         rows = dispatch(model, tokens=tokens, tp=tp, ep=sp.ep, etp=sp.etp,
                         routing=k.routing).rows(k.routing.load)
         etp = tp if sp.etp is None else sp.etp
         out.extend(_moe_block(model, tokens, rep=rep, rows=rows, width_split=Fraction(1, etp),
                               split=split, v=v, mlp_kernel=mlp_kernel, hf=hf))
+        if model.norm_placement in ("sandwich", "post"):
+            after("post-feedforward", "norms")
         return LayerActivations(tuple(out))
-    norm("second", "MLP", "the first projection(s)")
+    mlp_input("the first projection(s)")
     if model.mlp == "gelu":
         out.append(saved("MLP", "input to GeLU (ffn wide)", v * tokens * f * split))
         out.append(saved("MLP", "input to the second projection (ffn wide)", v * tokens * f * split))
@@ -457,7 +524,54 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     if model.dropout:
         out.append(saved("MLP", "MLP dropout mask", m * tokens * h * rep))
     weights("MLP", (2 if model.mlp == "gelu" else 3) * h * f)
+    if model.norm_placement in ("sandwich", "post"):
+        after("post-feedforward", "norms")
     return LayerActivations(tuple(out))
+
+
+def _latent(model: ModelShape, tokens: Fraction, *, split: Fraction, rep: Fraction, v: int,
+            stat_bytes: int, hf: bool) -> list[Saved]:
+    """What multi-head latent attention saves before its core (DeepSeek-V2 §2.1.2, eq. 9-14;
+    Megatron-Core's ``MLASelfAttention``): the compressed query (q_rank wide) as its RMSNorm's
+    input and, normalised, as the up-projection's input; the compressed key-value latent with
+    the rotary key (kv_rank + rope), its RMSNorm's statistics and the normalised latent
+    (kv_rank), the up-projection's output, whose slices are the keys without rotary and the
+    values (a·(nope + d_v)); the queries after rotary and the keys, the per-head keys joined to
+    the one shared rotary key (a·(nope + rope) each). The down-projections are not split by tp
+    (Megatron-Core keeps them whole), the up-projections are. Hugging Face's RMSNorms keep an
+    fp32 copy and the normalised 16-bit input instead of the input (``DeepseekV3RMSNorm``)."""
+    a, d, rope, rank = model.heads, model.head_dim, model.rotary_dim, model.kv_rank
+    nope, dv = d - rope, model.v_head_dim
+    out: list[Saved] = []
+
+    def rms(name: str, width: int) -> None:
+        if hf:
+            out.append(Saved("attention", f"fp32 copy of the {name}, input to its RMSNorm",
+                             Bytes(FP32_BYTES * tokens * width * rep)))
+        else:
+            out.append(Saved("attention", f"{name}, input to its RMSNorm",
+                             Bytes(v * tokens * width * rep)))
+        out.append(Saved("attention", f"1/rms of the {name}'s RMSNorm (per token)",
+                         Bytes(stat_bytes * tokens * rep), statistic=True))
+        out.append(Saved("attention", f"normalised {name}, input to its up-projection",
+                         Bytes(v * tokens * width * rep)))
+
+    if model.q_rank:
+        rms("compressed query (q_rank)", model.q_rank)
+    if hf:
+        rms("compressed key-value latent (kv_rank)", rank)
+        out.append(Saved("attention", "the rotary key, one head shared by all (rope wide)",
+                         Bytes(v * tokens * rope * rep)))
+    else:  # the latent's slice is a view of kv_a's output, which the norm keeps whole
+        out.append(Saved("attention", "kv_a's output: the latent (kv_rank) and the rotary key",
+                         Bytes(v * tokens * (rank + rope) * rep)))
+        out.append(Saved("attention", "1/rms of the latent's RMSNorm (per token)",
+                         Bytes(stat_bytes * tokens * rep), statistic=True))
+        out.append(Saved("attention", "normalised latent, input to kv_b",
+                         Bytes(v * tokens * rank * rep)))
+    out.append(Saved("attention", "kv_b's output: keys without rotary and the values "
+                                  "(a·(nope + d_v))", Bytes(v * tokens * a * (nope + dv) * split)))
+    return out
 
 
 #: Bytes of a routing index (int64, as ``torch.topk`` returns it).

@@ -131,6 +131,9 @@ def _output(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     if autocast:
         out.append(Saved("output", "16-bit copy of the LM head's weight (autocast)",
                          Bytes(Fraction(2 * V * h, tp)), weight_copy=True))
+    if model.final_softcap:  # cap·tanh(logits / cap) (Gemma 2): tanh keeps its output
+        out.append(Saved("output", "tanh of the logits, soft-capped (16-bit over the vocabulary)",
+                         Bytes(v * tokens * V / tp)))
     out.append(Saved("output", "log-softmax of the logits, fp32 over the vocabulary",
                      Bytes(FP32_BYTES * tokens * V / tp)))
     if family == "hf":

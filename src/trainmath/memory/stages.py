@@ -26,7 +26,7 @@ from .kernels import MASK_BYTES, STAT_BYTES
 from .recipes import BytesPerParam, ModelStates, bytes_per_param
 from .sharding import Share, _zero_states, check_stage, state_derivations
 from ..derivations import Derivation, bytes_text, number_text
-from ..model.shape import ModelShape
+from ..model.shape import ModelShape, kind_counts, layer_kinds, layer_shape
 from ..parallel.layout import Layout, pipeline_split_problems
 from ..problems import check
 from ..parallel.placement import _stage_params, stage_params
@@ -158,11 +158,20 @@ class StageActivations:
     rotary: LayerActivations = LayerActivations(())
     #: model chunks per device (interleaved schedule): each chunk's forward makes its own tables
     chunks: int = 1
+    #: a model whose layers differ (dense and mixture layers, local and global attention): each
+    #: kind's saved tensors and how many of the stage's layers are of it; empty when every layer
+    #: is ``per_layer``
+    mix: tuple[tuple[LayerActivations, int], ...] = ()
+
+    def _each(self, attribute: str) -> Bytes:
+        if not self.mix:
+            return getattr(self.per_layer, attribute) * self.layers_on_stage
+        return sum((getattr(a, attribute) * n for a, n in self.mix), Bytes(0))
 
     @property
     def layers(self) -> Bytes:
         """The stage's L/pp layers times the micro-batches in flight."""
-        return self.per_layer.total * self.layers_on_stage * self.held
+        return self._each("total") * self.held
 
     @property
     def inputs(self) -> Bytes:
@@ -183,7 +192,7 @@ class StageActivations:
     def weight_copies(self) -> Bytes:
         """The part of :attr:`total` that is autocast's 16-bit weight copies."""
         out = self.output.weight_copies if self.output else Bytes(0)
-        return self.per_layer.weight_copies * self.layers_on_stage * self.held + out
+        return self._each("weight_copies") * self.held + out
 
     @property
     def total(self) -> Bytes:
@@ -212,32 +221,48 @@ def stage_activations(
     v = positive_int("v (model chunks per pipeline device)", v)
     check(pipeline_split_problems(model, pp, v, stages))
     held = in_flight(pp, v=v, microbatches=microbatches, stage=stage)
-    on_device = Layout(pp=pp, v=v, stages=stages).device_layers(model.layers)[stage]
+    indices = Layout(pp=pp, v=v, stages=stages).device_layer_indices(model.layers)[stage]
     common = dict(tp=tp, sequence_parallel=sequence_parallel, cp=cp)
     kernels = dict(implementation=implementation, autocast=autocast)
-    per_layer = layer_activations(model, s, b, **common, recompute=recompute, attention=attention,
-                                  value_bytes=value_bytes, mask_bytes=mask_bytes, stat_bytes=stat_bytes,
-                                  mlp_kernel=mlp_kernel, **kernels)
+    kinds = layer_kinds(model)
+    each = {k: layer_activations(layer_shape(model, k), s, b, **common, recompute=recompute,
+                                 attention=attention, value_bytes=value_bytes,
+                                 mask_bytes=mask_bytes, stat_bytes=stat_bytes,
+                                 mlp_kernel=mlp_kernel, **kernels)
+            for k in {kinds[j] for j in indices} or {kinds[-1]}}
+    per_layer, mix = layer_mix(each, dict(kind_counts(model, indices)))
     embedding = input_activations(model, s, b, **common, mask_bytes=mask_bytes) if stage == 0 else None
     output = (output_activations(model, s, b, **common, value_bytes=value_bytes, stat_bytes=stat_bytes,
                                  **kernels)
               if stage == pp - 1 else None)
     rotary = rotary_activations(model, s, cp=cp, value_bytes=value_bytes, autocast=autocast)
     return _stage(model, per_layer, embedding=embedding, output=output, pp=pp,
-                  microbatches=microbatches, held=held, rotary=rotary, v=v, layers=on_device)
+                  microbatches=microbatches, held=held, rotary=rotary, v=v, layers=len(indices),
+                  mix=mix)
+
+
+def layer_mix(each: dict, counts: dict) -> tuple[LayerActivations, tuple]:
+    """(the largest layer's saved tensors, the mix of kinds) for a stage with ``counts`` layers
+    of each kind, with ``each`` kind's saved tensors: the mix is empty when they are all alike."""
+    largest = max(each.values(), key=lambda a: a.total.n)
+    if len(counts) <= 1:
+        return (each[next(iter(counts))] if counts else largest), ()
+    largest = max((each[k] for k in counts), key=lambda a: a.total.n)
+    return largest, tuple((each[k], n) for k, n in counts.items())
 
 
 def _stage(model: ModelShape, per_layer: LayerActivations, *, embedding: LayerActivations | None,
            output: LayerActivations | None, pp: int, microbatches: int | None, held: Fraction,
            rotary: LayerActivations = LayerActivations(()), v: int = 1,
-           layers: int | None = None) -> StageActivations:
+           layers: int | None = None, mix: tuple = ()) -> StageActivations:
     """One stage's activations from its parts: the one place they are put together. ``layers``:
-    the layers on this stage's device (default L/pp)."""
+    the layers on this stage's device (default L/pp); ``mix``: each kind of layer's tensors and
+    count, where the stage's layers differ (:func:`layer_mix`)."""
     embedding_held = pp if microbatches is None else min(pp, microbatches)
     on_stage = model.layers // pp if layers is None else layers
     return StageActivations(per_layer=per_layer, layers_on_stage=on_stage, held=held,
                             embedding=embedding, embedding_held=embedding_held, output=output,
-                            rotary=rotary, chunks=v)
+                            rotary=rotary, chunks=v, mix=mix)
 
 
 # -- the arithmetic of one device's memory, written where it is computed -------------------------
@@ -267,12 +292,23 @@ def activation_derivation(sa: StageActivations, stage: int, run_text: str, pipel
     the stage times the micro-batches in flight, plus the embedding's, the output layer's and
     the rotary tables (Korthikanti et al. 2022 §4; Narayanan et al. 2021 §2.2). ``run_text``
     says how the layer runs (``"s = 8192, b = 1, megatron-te kernels, recompute none"``)."""
-    A = sa.per_layer.total.n
-    inputs = [("A", f"one layer's saved tensors for one micro-batch ({run_text}): {bytes_text(A)}"),
-              ("L", f"layers on this pipeline stage: {sa.layers_on_stage}"),
-              ("k", f"micro-batches in flight on stage {stage}: {number_text(sa.held)}")]
-    formula = "A × L × k"
-    arithmetic = f"{bytes_text(A)} × {sa.layers_on_stage} × {number_text(sa.held)}"
+    if sa.mix:
+        inputs = [(f"A{i + 1}", f"one layer of kind {i + 1}'s saved tensors for one micro-batch "
+                                f"({run_text}): {bytes_text(a.total.n)}; layers of it on this "
+                                f"pipeline stage: L{i + 1} = {n}")
+                  for i, (a, n) in enumerate(sa.mix)]
+        inputs.append(("k", f"micro-batches in flight on stage {stage}: {number_text(sa.held)}"))
+        formula = "(" + " + ".join(f"A{i + 1} × L{i + 1}" for i in range(len(sa.mix))) + ") × k"
+        arithmetic = ("(" + " + ".join(f"{bytes_text(a.total.n)} × {n}" for a, n in sa.mix)
+                      + f") × {number_text(sa.held)}")
+    else:
+        A = sa.per_layer.total.n
+        inputs = [("A", f"one layer's saved tensors for one micro-batch ({run_text}): "
+                        f"{bytes_text(A)}"),
+                  ("L", f"layers on this pipeline stage: {sa.layers_on_stage}"),
+                  ("k", f"micro-batches in flight on stage {stage}: {number_text(sa.held)}")]
+        formula = "A × L × k"
+        arithmetic = f"{bytes_text(A)} × {sa.layers_on_stage} × {number_text(sa.held)}"
     got = sa.layers.n
     if sa.embedding is not None:
         inputs.append(("E", f"the embedding's tensors, for {sa.embedding_held} micro-batch(es) "

@@ -25,10 +25,10 @@ from .fsdp2 import STEP_BYTES, fsdp2_rank
 from .kernels import FP32_BYTES, implementation
 from .peak import GatheredUnits, StepInputs, _temporaries
 from .recipes import FP8_WEIGHT_CACHE_BYTES, Recipe, optimizer, recipe
-from .stages import DeviceMemory, StageActivations, _stage
+from .stages import DeviceMemory, StageActivations, _stage, layer_mix
 from .training import Training
 from ..derivations import Derivation, bytes_text
-from ..model.shape import ModelShape, param_breakdown, param_count, param_shapes
+from ..model.shape import ModelShape, distinct_kinds, kind_counts, layer_shape, param_breakdown, param_shapes
 from ..parallel.layout import Batch, Layout
 from ..parallel.schedules import _in_flight
 from ..units import Bytes
@@ -99,18 +99,24 @@ def activations(*, shape: ModelShape, layout: Layout, training: Training, batch:
     """One layer's saved tensors, and the activations on one device of each stage (of
     ``stages``, default all), by stage."""
     sp, k = split_of(layout, batch), kernels_of(training)
-    layer = _layer(shape, sp, k)
+    kinds = distinct_kinds(shape)
+    each = {kind: _layer(layer_shape(shape, kind), sp, k) for kind in kinds}
+    layer = max(each.values(), key=lambda a: a.total.n)  # the peak holds one more of the largest
     embedding = _input(shape, sp, k)
     output = _output(shape, sp, k)
     rotary = _rotary(shape, sp, k)
     pp, v, m = layout.pp, layout.v, microbatches
-    stage_acts = {
-        i: _stage(shape, layer, embedding=embedding if i == 0 else None,
-                  output=output if i == pp - 1 else None, pp=pp, microbatches=m,
-                  held=_in_flight(pp, v, m, i), rotary=rotary, v=v,
-                  layers=layout.device_layers(shape.layers)[i])
-        for i in (range(pp) if stages is None else stages)
-    }
+    indices = layout.device_layer_indices(shape.layers)
+    stage_acts = {}
+    for i in (range(pp) if stages is None else stages):
+        if len(kinds) == 1:
+            per_layer, mix = layer, ()
+        else:
+            per_layer, mix = layer_mix(each, dict(kind_counts(shape, indices[i])))
+        stage_acts[i] = _stage(shape, per_layer, embedding=embedding if i == 0 else None,
+                               output=output if i == pp - 1 else None, pp=pp, microbatches=m,
+                               held=_in_flight(pp, v, m, i), rotary=rotary, v=v,
+                               layers=len(indices[i]), mix=mix)
     return layer, stage_acts
 
 
@@ -142,8 +148,7 @@ def fsdp2_device(*, shape: ModelShape, layout: Layout, training: Training, devic
     lay, t, d = layout, training, device
     units = param_shapes(shape).units()
     rank = fsdp2_rank(units, lay.zero_group, 0, t.recipe, t.optimizer)
-    counters = len(units[0]) * shape.layers + len(units[-1])
-    counters *= STEP_BYTES.get(t.optimizer, 0)
+    counters = param_shapes(shape).tensors * STEP_BYTES.get(t.optimizer, 0)
     return replace(d, weights=rank.parameters, gradients=rank.gradients,
                    master_weights=Bytes(0), optimizer_states=rank.optimizer_states - Bytes(counters))
 
@@ -266,9 +271,9 @@ def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bo
                              layer_sharded_grads=layer_rank.gradients, root=root,
                              root_head_grads=head, root_grads=root,
                              root_reduce=root * Fraction(reduce, c))
-    routed = param_breakdown(shape).per_layer_routed  # a mixture's experts: ep·etp ways
-    dense = Fraction(param_count(shape) - _root_params(shape) - shape.layers * routed,
-                     shape.layers * tp)
+    parts = param_breakdown(shape)
+    routed = parts.per_layer_routed  # a mixture's experts: ep·etp ways
+    dense = Fraction(parts.per_layer - routed, tp)  # a typical (the largest) layer's unit
     experts = Fraction(routed, lay.ep * lay.expert_tp)
     layer = Bytes(c * (dense + experts))
     head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
@@ -277,12 +282,6 @@ def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bo
                          layer_sharded_grads=grads, root=head, root_head_grads=head,
                          root_grads=head, root_reduce=head * Fraction(reduce, c),
                          resident=r.name == "fsdp2" and lay.pp > 1)
-
-
-def _root_params(shape: ModelShape) -> int:
-    norms = 2 if shape.norm == "layernorm" else 1
-    head = 0 if shape.tied_embeddings else shape.vocab * shape.hidden
-    return shape.vocab * shape.hidden + shape.positions * shape.hidden + norms * shape.hidden + head
 
 
 def adapter_inputs(*, shape: ModelShape, adapter: Adapter, training: Training, batch: Batch,

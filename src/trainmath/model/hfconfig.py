@@ -57,6 +57,20 @@ ARCHITECTURES: dict[str, str] = {
     "GemmaForCausalLM": "gemma",
     "GPT2LMHeadModel": "gpt2",
     "GPTNeoXForCausalLM": "gpt_neox",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
+    "Gemma3ForConditionalGeneration": "gemma3",
+    "Phi3ForCausalLM": "phi3",
+    "Llama4ForCausalLM": "llama4_text",
+    "Llama4ForConditionalGeneration": "llama4",
+    "GptOssForCausalLM": "gpt_oss",
+    "Olmo2ForCausalLM": "olmo2",
+    "Mistral3ForConditionalGeneration": "mistral3",
+    "Ministral3ForCausalLM": "ministral3",
 }
 
 #: ``hidden_act`` values that make a gated MLP SwiGLU (SiLU is Swish with β = 1).
@@ -65,18 +79,39 @@ _SILU = ("silu", "swish")
 _GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python")
 
 
+#: Sizes a family's released configs leave out and its configuration class fills in
+#: (transformers' ``Gemma3TextConfig``: google/gemma-3-4b-it's and -27b-it's ``text_config``
+#: give no vocabulary, 4b's no heads either).
+CLASS_DEFAULTS: dict[str, dict[str, int]] = {
+    "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "head_dim": 256},
+}
+
+
 class _Keys:
     """A config's keys, read with messages that name the key and the family."""
 
     def __init__(self, d: dict[str, Any], family: str) -> None:
         self.d, self.family = d, family
+        self.defaults = CLASS_DEFAULTS.get(family, {})
 
     def size(self, key: str) -> int:
-        """A required positive whole number."""
+        """A required positive whole number (or its configuration class's default, where the
+        family's released configs rely on it: :data:`CLASS_DEFAULTS`)."""
         if key not in self.d or self.d[key] is None:
+            if key in self.defaults:
+                return self.defaults[key]
             raise ValueError(f"config.json of a {self.family!r} model has no {key!r}; accepted: a "
                              "positive whole number (the family's configuration requires it)")
         return self.whole(key, self.d[key])
+
+    def refuse(self, key: str, modelled: Any, why: str) -> None:
+        """A key whose value changes the arithmetic in a way the library does not model: refused
+        by name unless it has the ``modelled`` value (or is absent)."""
+        value = self.d.get(key)
+        if value is not None and value != modelled:
+            raise ValueError(f"config.json key {key!r} is {value!r} for a {self.family!r} model: "
+                             f"{why}, which is not modelled; accepted: {modelled!r}")
 
     def whole(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -87,7 +122,17 @@ class _Keys:
     def get(self, key: str, default: Any) -> Any:
         """An optional key, with the default the family's configuration class gives it."""
         value = self.d.get(key)
-        return default if value is None else value
+        if value is None:
+            return self.defaults.get(key, default)
+        return value
+
+    def number(self, key: str, default: float = 0.0) -> float:
+        """An optional non-negative number (a cap, a factor); null or absent is ``default``."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"config.json key {key!r} is {value!r}; accepted: a non-negative "
+                             "number or null")
+        return float(value)
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
@@ -108,7 +153,7 @@ def family_of(d: dict[str, Any]) -> str:
     entry; a ValueError names the accepted ones."""
     if not isinstance(d, dict):
         raise ValueError(f"a config must be a JSON object, got {type(d).__name__}")
-    accepted = ", ".join(_FAMILIES)
+    accepted = ", ".join((*_FAMILIES, *COMPOSITE))
     model_type = d.get("model_type")
     archs = d.get("architectures") or []
     if model_type is None:
@@ -117,7 +162,7 @@ def family_of(d: dict[str, Any]) -> str:
                 return ARCHITECTURES[arch]
         raise ValueError(f"config.json has no 'model_type' and no known 'architectures' entry "
                          f"(got {archs!r}); accepted model_type: {accepted}")
-    if model_type not in _FAMILIES:
+    if model_type not in _FAMILIES and model_type not in COMPOSITE:
         raise ValueError(f"config.json 'model_type' {model_type!r} is not a family this library "
                          f"reads; accepted: {accepted}")
     for arch in archs:
@@ -266,10 +311,175 @@ def _gpt_neox(k: _Keys) -> dict[str, Any]:
     return out
 
 
+def _global_period(k: _Keys, types_key: str, local_names: tuple[str, ...], default: int) -> int:
+    """Every how-many-th layer attends globally, from a ``layer_types`` list (each entry
+    "sliding_attention", "chunked_attention" or "full_attention"), or ``default`` without one;
+    0 when every layer is local. A list that is not periodic is refused by name."""
+    types = k.d.get(types_key)
+    if types is None:
+        return default
+    if not isinstance(types, list) or not types:
+        raise ValueError(f"config.json key {types_key!r} is {types!r}; accepted: a list of layer "
+                         "types")
+    full = [i for i, t in enumerate(types) if t not in local_names]
+    if not full:
+        return 0
+    period = full[0] + 1
+    if [i for i in range(len(types)) if (i + 1) % period == 0] != full:
+        raise ValueError(f"config.json {types_key!r} puts global attention on layers {full[:6]}…, "
+                         f"not every {period}th; accepted: a periodic pattern (layer i global "
+                         "when (i + 1) is a multiple of the period)")
+    return period
+
+
+def _qwen3(k: _Keys) -> dict[str, Any]:
+    out = _llama_like(k)
+    k.refuse("attention_bias", False, "biases on q, k, v and o only")
+    k.refuse("use_sliding_window", False, "a window on the layers up to max_window_layers")
+    out["qk_norm"] = "head"  # Qwen3Attention: q_norm and k_norm over head_dim
+    return out
+
+
+def _qwen3_moe(k: _Keys) -> dict[str, Any]:
+    out = _qwen3(k)
+    k.refuse("mlp_only_layers", [], "dense MLPs on listed layers")
+    experts, top_k = k.size("num_experts"), k.size("num_experts_per_tok")
+    _top_k(experts, top_k, "num_experts")
+    out.update(experts=experts, experts_per_token=top_k,
+               expert_ffn=k.size("moe_intermediate_size"),
+               moe_every=k.whole("decoder_sparse_step", k.get("decoder_sparse_step", 1)))
+    return out
+
+
+def _top_k(experts: int, top_k: int, key: str) -> None:
+    if top_k > experts:
+        raise ValueError(f"config.json 'num_experts_per_tok' {top_k} exceeds {key!r} {experts}; "
+                         f"accepted: 1 to {experts}")
+
+
+def _deepseek(k: _Keys) -> dict[str, Any]:
+    """DeepSeek-V2 and V3: multi-head latent attention, DeepSeekMoE, dense first layers."""
+    out = _common(k)
+    k.activation("hidden_act", _SILU, "silu")
+    k.refuse("attention_bias", False, "biases on the down-projections")
+    k.refuse("mlp_bias", False, "biases on the MLPs")
+    k.refuse("moe_layer_freq", 1, "a mixture on every n-th layer only")
+    nope, rope = k.size("qk_nope_head_dim"), k.size("qk_rope_head_dim")
+    q_rank = k.d["q_lora_rank"] if "q_lora_rank" in k.d else 1536  # DeepseekV2/V3Config default
+    experts, top_k = k.size("n_routed_experts"), k.size("num_experts_per_tok")
+    _top_k(experts, top_k, "n_routed_experts")
+    out.update(kv_heads=out["heads"], head_width=nope + rope, rotary_dim=rope,
+               kv_rank=k.size("kv_lora_rank"),
+               q_rank=0 if q_rank is None else k.whole("q_lora_rank", q_rank),
+               v_head_width=k.size("v_head_dim"), mlp="swiglu",
+               tied_embeddings=k.flag("tie_word_embeddings", False),
+               experts=experts, experts_per_token=top_k,
+               shared_experts=int(k.get("n_shared_experts", 0) or 0),
+               expert_ffn=k.size("moe_intermediate_size"),
+               dense_layers=int(k.get("first_k_dense_replace", 0) or 0),
+               mtp_layers=int(k.get("num_nextn_predict_layers", 0) or 0))
+    return out
+
+
+def _gemma2(k: _Keys) -> dict[str, Any]:
+    out = _gemma(k)
+    window = k.get("sliding_window", None)
+    out.update(norm_placement="sandwich",  # Gemma2DecoderLayer: four norms
+               attention_softcap=k.number("attn_logit_softcapping"),
+               final_softcap=k.number("final_logit_softcapping"))
+    if window is not None:
+        out.update(sliding_window=k.whole("sliding_window", window),
+                   global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
+    return out
+
+
+def _gemma3_text(k: _Keys) -> dict[str, Any]:
+    out = _gemma2(k)
+    out["qk_norm"] = "head"  # Gemma3Attention: q_norm and k_norm over head_dim
+    if out.get("sliding_window"):  # Gemma3TextConfig: sliding_window_pattern, default 6
+        period = k.whole("sliding_window_pattern", k.get("sliding_window_pattern", 6))
+        out["global_every"] = _global_period(k, "layer_types", ("sliding_attention",), period)
+    return out
+
+
+def _phi3(k: _Keys) -> dict[str, Any]:
+    out = _llama_like(k, window=True)
+    # Phi3Attention and Phi3MLP have no biases whatever attention_bias says (bias=False)
+    out.update(bias=False)
+    factor = k.number("partial_rotary_factor", 1.0)
+    if not 0 < factor <= 1:
+        raise ValueError(f"config.json 'partial_rotary_factor' is {factor!r}; accepted: (0, 1]")
+    head = out["head_width"] or out["hidden"] // out["heads"]
+    rotary = int(head * factor)  # Phi3RotaryEmbedding: int(head_dim * partial_rotary_factor)
+    out.update(rotary_dim=0 if rotary == head else rotary,
+               dropout=bool(k.get("resid_pdrop", 0.0) or k.get("embd_pdrop", 0.0)
+                            or k.get("attention_dropout", 0.0)))
+    return out
+
+
+def _llama4_text(k: _Keys) -> dict[str, Any]:
+    out = _llama_like(k)
+    k.refuse("attention_bias", False, "biases on q, k, v and o only")
+    experts, top_k = k.size("num_local_experts"), k.size("num_experts_per_tok")
+    _top_k(experts, top_k, "num_local_experts")
+    chunk = k.get("attention_chunk_size", None)
+    out.update(qk_norm="l2" if k.flag("use_qk_norm", True) else "",
+               experts=experts, experts_per_token=top_k, shared_experts=1,
+               expert_ffn=k.size("intermediate_size"),
+               ffn=k.size("intermediate_size_mlp") if "intermediate_size_mlp" in k.d
+               else k.size("intermediate_size"),
+               moe_every=k.whole("interleave_moe_layer_step",
+                                 k.get("interleave_moe_layer_step", 1)))
+    if chunk is not None:
+        out["attention_chunk"] = k.whole("attention_chunk_size", chunk)
+        interval = k.whole("no_rope_layer_interval", k.get("no_rope_layer_interval", 4))
+        out["global_every"] = _global_period(k, "layer_types", ("chunked_attention",), interval)
+    return out
+
+
+def _gpt_oss(k: _Keys) -> dict[str, Any]:
+    out = _common(k)
+    k.activation("hidden_act", _SILU, "silu")
+    k.refuse("attention_bias", True, "attention without its biases")
+    kv, width = _attention(k, out["hidden"], out["heads"], True)
+    experts = k.size("num_local_experts")
+    top_k = k.size("num_experts_per_tok") if "num_experts_per_tok" in k.d \
+        else k.size("experts_per_token")
+    _top_k(experts, top_k, "num_local_experts")
+    out.update(kv_heads=kv, head_width=width, mlp="swiglu", bias=True, attention_sinks=True,
+               tied_embeddings=k.flag("tie_word_embeddings", False), experts=experts,
+               experts_per_token=top_k, expert_ffn=k.size("intermediate_size"))
+    window = k.get("sliding_window", None)
+    if window is not None:
+        out.update(sliding_window=k.whole("sliding_window", window),
+                   global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
+    return out
+
+
+def _olmo2(k: _Keys) -> dict[str, Any]:
+    out = _llama_like(k)
+    k.refuse("attention_bias", False, "biases on q, k, v and o only")
+    out.update(norm_placement="post",  # Olmo2DecoderLayer: norms after attention and the MLP
+               qk_norm="full")  # Olmo2Attention: q_norm (a·d) and k_norm (kv·d)
+    return out
+
+
+def _ministral3(k: _Keys) -> dict[str, Any]:
+    return _llama_like(k, window=True)
+
+
 _FAMILIES: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2,
     "gemma": _gemma, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
+    "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    "gemma2": _gemma2, "gemma3_text": _gemma3_text, "phi3": _phi3, "llama4_text": _llama4_text,
+    "gpt_oss": _gpt_oss, "olmo2": _olmo2, "ministral3": _ministral3,
 }
+#: Families whose config nests the language model under ``text_config`` (a vision model and a
+#: projector beside it, which are not counted), and the text model's family when the nested
+#: config does not say.
+COMPOSITE: dict[str, str] = {"gemma3": "gemma3_text", "llama4": "llama4_text",
+                             "mistral3": "mistral"}
 #: The families :func:`shape_from_config` reads (``model_type`` values).
 FAMILIES = tuple(_FAMILIES)
 
@@ -282,8 +492,20 @@ def shape_from_config(d: dict[str, Any], name: str = "config.json", source: str 
     docstring for what each family maps to.
     """
     family = family_of(d)
+    outer = family
+    if family in COMPOSITE:  # the language model sits under text_config
+        text = d.get("text_config")
+        if not isinstance(text, dict):
+            raise ValueError(f"config.json of a {family!r} model has no 'text_config' object; "
+                             "accepted: the composite config as released, with its text_config")
+        d = text
+        family = text.get("model_type") or COMPOSITE[outer]
+        if family not in _FAMILIES:
+            raise ValueError(f"config.json 'text_config' 'model_type' {family!r} is not a family "
+                             f"this library reads; accepted: {', '.join(_FAMILIES)}")
     fields = _FAMILIES[family](_Keys(d, family))
-    return shape(name, source=source or f"config.json ({family})", **fields)
+    what = family if outer == family else f"{outer}, its text_config {family}"
+    return shape(name, source=source or f"config.json ({what})", **fields)
 
 
 def load_config(path: str | Path, name: str | None = None) -> ModelShape:

@@ -169,6 +169,48 @@ PRESETS: dict[str, ModelShape] = {
                    "num_local_experts 8, num_experts_per_tok 2, max_position_embeddings 32768, "
                    "sliding_window null)",
         ),
+        # today's models: each shape is its released config.json, key for key
+        # (trainmath.model.hfconfig reads the same file into the same shape: tests/test_hfconfig.py)
+        shape(
+            "qwen3-8b", layers=36, hidden=4096, heads=32, kv_heads=8, ffn=12288, vocab=151936,
+            max_positions=40960, qk_norm="head",
+            source="config.json of Qwen/Qwen3-8B (q_norm and k_norm per head, 8 key-value heads, "
+                   "max_position_embeddings 40960); Yang et al. 2025, Qwen3 Technical Report, "
+                   "Table 1",
+        ),
+        shape(
+            "qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4, ffn=6144, vocab=151936,
+            max_positions=40960, head_width=128, qk_norm="head", experts=128,
+            experts_per_token=8, expert_ffn=768,
+            source="config.json of Qwen/Qwen3-30B-A3B (head_dim 128, 128 experts of 768, top 8, "
+                   "no shared expert); Yang et al. 2025, Qwen3 Technical Report, Table 2",
+        ),
+        shape(
+            "deepseek-v3", layers=61, hidden=7168, heads=128, ffn=18432, vocab=129280,
+            max_positions=163840, head_width=192, rotary_dim=64, kv_rank=512, q_rank=1536,
+            v_head_width=128, experts=256, experts_per_token=8, shared_experts=1,
+            expert_ffn=2048, dense_layers=3, mtp_layers=1,
+            source="config.json of deepseek-ai/DeepSeek-V3 (kv_lora_rank 512, q_lora_rank 1536, "
+                   "qk_nope 128 + qk_rope 64, v_head_dim 128; 256 routed experts of 2048 and 1 "
+                   "shared, top 8; first_k_dense_replace 3; num_nextn_predict_layers 1); "
+                   "DeepSeek-AI 2024, DeepSeek-V3 Technical Report, §2.1–2.2 and §4.2",
+        ),
+        shape(
+            "gemma-2-9b", layers=42, hidden=3584, heads=16, kv_heads=8, ffn=14336, vocab=256000,
+            mlp="geglu", tied_embeddings=True, max_positions=8192, sliding_window=4096,
+            head_width=256, norm_placement="sandwich", global_every=2, attention_softcap=50.0,
+            final_softcap=30.0,
+            source="config.json of google/gemma-2-9b (head_dim 256, sliding_window 4096 on every "
+                   "other layer, soft-caps 50 and 30); Gemma Team 2024, Gemma 2, Table 1 and §2",
+        ),
+        shape(
+            "gpt-oss-20b", layers=24, hidden=2880, heads=64, kv_heads=8, ffn=2880, vocab=201088,
+            bias=True, max_positions=131072, sliding_window=128, head_width=64, experts=32,
+            experts_per_token=4, expert_ffn=2880, global_every=2, attention_sinks=True,
+            source="config.json of openai/gpt-oss-20b (head_dim 64, 32 experts of 2880, top 4, "
+                   "biases, sinks, a 128-token window on every other layer); OpenAI 2025, "
+                   "gpt-oss-120b & gpt-oss-20b Model Card, §2",
+        ),
     )
 }
 
@@ -220,6 +262,15 @@ TRAINING_DEFAULTS: dict[str, TrainedWith] = {
         "bf16-mixed", "megatron-eager",
         "megatron-eager: Megatron-LM's unfused attention, the layer Korthikanti et al. 2022 §4.1 "
         "count for this shape (GPT-3 predates FlashAttention); " + _NO_RECIPE),
+    **dict.fromkeys(("qwen3-8b", "qwen3-30b-a3b", "gemma-2-9b", "gpt-oss-20b"), TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: FlashAttention-style kernels (assumed: the reports name no kernels); "
+        + _NO_RECIPE)),
+    "deepseek-v3": TrainedWith(
+        "bf16-mixed", "megatron-te",
+        "megatron-te: FlashAttention-style kernels (assumed); bf16-mixed: ZeRO's 16 bytes "
+        "(assumed: DeepSeek-AI 2024 §3.3 trained in FP8 with BF16 optimizer moments and FP32 "
+        "master weights and gradients, a recipe not modelled here)"),
     "mixtral-8x7b": TrainedWith(
         "bf16-mixed", "megatron-te",
         "megatron-te: FlashAttention-style kernels, as for Mistral 7B, whose architecture Mixtral "

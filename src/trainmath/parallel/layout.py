@@ -38,6 +38,7 @@ micro-batch and the global batch; :func:`microbatches` is Megatron-LM's m.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from dataclasses import dataclass
 
 from ..model.shape import ModelShape
@@ -114,6 +115,12 @@ class Layout:
         chunks = self.chunk_layers(layers)
         return tuple(sum(chunks[i::self.pp]) for i in range(self.pp))
 
+    def device_layer_indices(self, layers: int) -> tuple[tuple[int, ...], ...]:
+        """The layers (by index, 0 first) on one device of each pipeline stage: chunk c holds
+        the c-th run of :meth:`chunk_layers`, and device i the chunks i, i + pp, i + 2pp, …
+        (Narayanan et al. 2021, §2.2.1: interleaved stages)."""
+        return _layer_indices(self.chunk_layers(layers), self.pp)
+
     @property
     def gpus(self) -> int:
         """GPUs the layout needs: dp · tp · pp · cp."""
@@ -158,6 +165,14 @@ def _layer_count(n: object) -> int:
     if n == 0 and not isinstance(n, bool):
         return 0
     return positive_int("stage layers", n)
+
+
+@lru_cache(maxsize=4096)
+def _layer_indices(chunks: tuple[int, ...], pp: int) -> tuple[tuple[int, ...], ...]:
+    starts = [sum(chunks[:c]) for c in range(len(chunks))]
+    return tuple(tuple(j for c in range(i, len(chunks), pp)
+                       for j in range(starts[c], starts[c] + chunks[c]))
+                 for i in range(pp))
 
 
 def stage_split(layers: int, pp: int, v: int = 1) -> tuple[int, ...]:

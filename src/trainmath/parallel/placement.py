@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..model.shape import ModelShape, param_breakdown
+from ..model.shape import ModelShape, distinct_kinds, kind_counts, param_breakdown
 from .layout import Layout, expert_problems, pipeline_split_problems, tensor_split_problems
 from ..problems import check
 
@@ -72,26 +72,55 @@ def stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     return _stage_params(model, lay)
 
 
+def layer_split(model: ModelShape, moe: bool) -> tuple[int, int, int]:
+    """(split tp ways, replicated on every tensor-parallel rank, routed experts) of one layer of
+    ``model``, a mixture layer when ``moe``.
+
+    Replicated: the norms (per-head q/k norms too), the row-parallel biases (the output
+    projection's; a dense MLP's down projection's, or each shared expert's), a mixture's router,
+    and latent attention's down-projections and their norms, which Megatron-Core's MLA keeps
+    whole on every rank (``linear_q_down_proj``, ``linear_kv_down_proj``: not tensor-parallel).
+    Routed experts are split ep·etp ways (:func:`stage_params`); everything else tp ways.
+    """
+    parts = param_breakdown(model)
+    h, E = model.hidden, model.experts
+    total = parts.layer(moe)
+    replicated = parts.per_layer_norms + (h if model.bias else 0)  # o_proj's bias
+    if model.qk_norm == "head":
+        replicated += 2 * model.head_dim
+    if model.latent:
+        rank, rope = model.kv_rank, model.rotary_dim
+        replicated += h * (rank + rope) + rank + ((rank + rope) if model.bias else 0)
+        if model.q_rank:
+            replicated += h * model.q_rank + model.q_rank + (model.q_rank if model.bias else 0)
+    routed = 0
+    if moe:
+        routed = parts.per_layer_routed
+        replicated += h * E + (E if model.bias else 0)  # the router
+        replicated += (h if model.bias else 0) * model.shared_experts
+    elif model.bias:
+        replicated += h  # the MLP's down projection's bias
+    return total - replicated - routed, replicated, routed
+
+
 @lru_cache(maxsize=4096)  # the planner asks for each layout's stages many times
 def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     """:func:`stage_params` for a layout already checked against the model."""
     tp, pp = lay.tp, lay.pp
     parts = param_breakdown(model)
     h = model.hidden
-    replicated = parts.per_layer_norms + (2 * h if model.bias else 0)
-    routed = parts.per_layer_routed  # routed experts: split ep·etp ways
-    if model.moe:
-        replicated += h * model.experts  # the router, on every rank
-    split = parts.per_layer - replicated - routed
-    if split % tp:  # cannot happen once heads, kv_heads and ffn divide by tp; guard the algebra
-        raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {tp}")
-    on_device = lay.device_layers(model.layers)
+    kinds = distinct_kinds(model)
+    per_kind = {k: layer_split(model, k.moe) for k in kinds}
+    for k, (split, _, _) in per_kind.items():
+        if split % tp:  # cannot happen once heads, kv_heads and ffn divide by tp
+            raise ValueError(f"per-layer sharded parameters {split} are not divisible by tp {tp}")
+    on_device = lay.device_layer_indices(model.layers)
     word_rows = _ceil_div(model.vocab, tp) * h  # vocabulary-parallel rows on this rank
     positions = model.positions * h  # replicated
     assert parts.embedding == model.vocab * h + positions  # the breakdown's definition
     stages = []
     for i in range(pp):
-        per_stage = on_device[i]
+        held = on_device[i]
         first, last = i == 0, i == pp - 1
         embedding = word_rows + positions if first else 0
         if last:
@@ -99,16 +128,27 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
             final_norm = parts.final_norm
         else:
             lm_head = final_norm = 0
+        sharded = replicated = routed = 0
+        counts = ((kinds[0], len(held)),) if len(per_kind) == 1 else kind_counts(model, held)
+        for kind, n in counts:
+            a, b, c = per_kind[kind]
+            sharded, replicated, routed = sharded + n * a, replicated + n * b, routed + n * c
+        if last and parts.mtp:  # the prediction modules sit after the last layer
+            a, b, c = per_kind[kinds[-1]]
+            n = model.mtp_layers
+            sharded += n * (a + 2 * h * h)
+            replicated += n * (b + 3 * parts.final_norm)
+            routed += n * c
         stages.append(
             StageParams(
                 stage=i,
-                layers=per_stage,
-                layer_sharded=per_stage * split // tp,
-                layer_replicated=per_stage * replicated,
+                layers=len(held),
+                layer_sharded=sharded // tp,
+                layer_replicated=replicated,
                 embedding=embedding,
                 lm_head=lm_head,
                 final_norm=final_norm,
-                expert=per_stage * routed // (lay.ep * lay.expert_tp),
+                expert=routed // (lay.ep * lay.expert_tp),
             )
         )
     return tuple(stages)

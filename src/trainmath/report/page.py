@@ -197,7 +197,6 @@ def summarize_plan(p: Plan) -> str:
     """One line of a plan: the fastest layout that fits, its step time and MFU, in the words
     ``"Fastest of N that fit (M considered): dp … × cp …, ZeRO-z, T s a step, MFU x%"``."""
     best = p.best
-    lay = best.layout
     return (f"Fastest of {len(p.ranking)} that fit ({len(p.candidates)} considered): "
             f"{best.describe().split(', ZeRO')[0]}, "
             f"ZeRO-{best.zero_stage}, {best.time.total:.2f} s a step, MFU {best.mfu:.1%}")

@@ -69,10 +69,14 @@ def render(est: Estimate) -> str:
             lines.append(row("  adapter", st.adapter_weights))
     if est.layer is not None:
         layer = Bytes(math.ceil(est.layer.korthikanti.n))
-        lines.append(f"  one layer keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
+        mixed = est.saved and est.saved[0] is not None and est.saved[0].mix
+        which = "the largest layer" if mixed else "one layer"
+        lines.append(f"  {which} keeps {layer.format('GB', 3)} for backward (Korthikanti et al. "
                      "2022 count)")
         if lay.pp == 1:
-            lines.append(f"  all {shape.layers} layers keep {(layer * shape.layers).format('GB', 2)}; "
+            every = (sum((a.korthikanti * n for a, n in est.saved[0].mix), Bytes(0)) if mixed
+                     else layer * shape.layers)
+            lines.append(f"  all {shape.layers} layers keep {Bytes(math.ceil(every.n)).format('GB', 2)}; "
                          "the embedding, the loss and norm statistics make up the rest")
     top = est.peak.peak
     stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""

@@ -35,7 +35,7 @@ from fractions import Fraction
 
 from ..hardware import Peak, TERA
 from ..memory.kernels import RECOMPUTE_KINDS
-from ..model.shape import ModelShape, param_breakdown
+from ..model.shape import ModelShape, layer_kinds
 from ..units import choice, positive_int
 
 
@@ -84,20 +84,43 @@ def matmul_params(model: ModelShape) -> int:
     A mixture of experts counts the router and only the k experts each token goes through:
     compute per token follows the active parameters, not the total (Fedus et al. 2022, Switch
     Transformers, §2: the parameter count grows "while keeping the computational cost
-    constant"; :mod:`trainmath.model.moe`).
+    constant"; :mod:`trainmath.model.moe`); its dense layers count their own MLP. A
+    multi-token prediction module (DeepSeek-V3 §2.2) runs one more layer, its 2h × h projection
+    and the LM head again for every token.
     """
-    parts = param_breakdown(model)
     h = model.hidden
-    biases_per_layer = 0
-    if model.bias:
-        biases_per_layer = (model.q_dim + 2 * model.kv_dim + h) + (
-            (model.ffn + h) if model.mlp == "gelu" else (2 * model.ffn + h)
-        )
-    elif model.qkv_bias:
-        biases_per_layer = model.q_dim + 2 * model.kv_dim
-    unused = parts.routed_expert * (parts.routed_experts - parts.active_experts)
-    per_layer = parts.per_layer - parts.per_layer_norms - biases_per_layer - unused
-    return model.layers * per_layer + model.vocab * h
+    per_kind = {k: _layer_matmuls(model, k.moe) for k in set(layer_kinds(model))}
+    layers = sum(per_kind[k] for k in layer_kinds(model))
+    mtp = model.mtp_layers * (per_kind[layer_kinds(model)[-1]] + 2 * h * h + model.vocab * h)
+    return layers + model.vocab * h + mtp
+
+
+def _layer_matmuls(m: ModelShape, moe: bool) -> int:
+    """One layer's weight matrices a token goes through (:func:`matmul_params`)."""
+    h, a, d = m.hidden, m.heads, m.head_dim
+    if m.latent:
+        rank, rope = m.kv_rank, m.rotary_dim
+        q = (h * m.q_rank + m.q_rank * a * d) if m.q_rank else h * a * d
+        attention = q + h * (rank + rope) + rank * a * (d - rope + m.v_head_dim) + m.o_dim * h
+    else:
+        attention = h * m.q_dim + h * m.kv_dim + h * m.v_dim + m.o_dim * h
+    matrices = 2 if m.mlp == "gelu" else 3
+    if not moe:
+        return attention + matrices * h * m.ffn
+    return (attention + h * m.experts
+            + (m.experts_per_token + m.shared_experts) * matrices * h * m.expert_width)
+
+
+def attention_units(model: ModelShape, seq_len: int) -> int:
+    """Σ over the layers (and any prediction modules) of a·(d_qk + d_v) × the keys each token
+    attends to: twice the L·H·Q·T of PaLM's 12·L·H·Q·T (Chowdhery et al. 2022, Appendix B), each
+    layer with its own span, the whole sequence for a global layer and at most the window or
+    chunk for a local one (Beltagy et al. 2020, Longformer, §3.1: a window of w costs O(n·w)).
+    Latent attention's queries and keys are head_dim wide and its values v_head_dim
+    (DeepSeek-V2 §2.1.2), so QKᵀ and attention over V count each at its own width."""
+    per_head = model.heads * (model.head_dim + model.v_head_dim)
+    spans = [min(seq_len, model.local_span) if k.local else seq_len for k in layer_kinds(model)]
+    return per_head * (sum(spans) + seq_len * model.mtp_layers)
 
 
 @dataclass(frozen=True)
@@ -117,7 +140,8 @@ class FlopsPerToken:
 def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") -> FlopsPerToken:
     """Model and hardware FLOPs per trained token for ``model`` at sequence length ``seq_len``.
 
-    model = 6N + 12·L·(a·d_head)·s with N = :func:`matmul_params` (PaLM Appendix B).
+    model = 6N + 12·L·(a·d_head)·s with N = :func:`matmul_params` (PaLM Appendix B), the
+    attention term each layer's own (:func:`attention_units`).
     hardware:
 
     - ``"none"``: = model;
@@ -131,17 +155,16 @@ def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") ->
     """
     s = positive_int("seq_len (s)", seq_len)
     recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
-    width = model.heads * model.head_dim
     n = matmul_params(model)
-    base = model_flops_per_token(n, model.layers, s, width)
-    attention = model.layers * width * s
+    units = attention_units(model, s)  # 2·L·(a·d_head)·s for a uniform model
+    base = PARAM_FLOPS_PER_TOKEN * n + ATTENTION_FLOPS_COEFFICIENT * units // 2
     if recompute == "none":
         extra = 0
     elif recompute == "selective":
-        extra = 12 * attention
+        extra = 6 * units
     else:
-        layer_matmuls = n - model.vocab * model.hidden
-        extra = 2 * layer_matmuls + 4 * attention
+        layer_matmuls = n - (1 + model.mtp_layers) * model.vocab * model.hidden
+        extra = 2 * layer_matmuls + 2 * units
     return FlopsPerToken(model=base, hardware=base + extra, recompute=recompute)
 
 

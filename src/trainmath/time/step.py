@@ -49,12 +49,12 @@ from ..hardware import gpu as accelerator
 from ..memory.kernels import implementation as _implementation
 from ..memory.recipes import peak_precision, recipe as _recipe
 from ..model.moe import Routing, dispatch
-from ..model.shape import ModelShape
+from ..model.shape import ModelShape, distinct_kinds, kind_counts, layer_kinds, layer_shape
 from ..parallel.layout import Layout
 from ..parallel.placement import _stage_params
 from .calibration import sustained as calibrated_sustained
 from .gemm import HBM_EFFICIENCY
-from .layer import Device, embedding_work, head_work, layer_work
+from .layer import Device, Work, embedding_work, head_work, layer_work
 from .memory_bound import optimizer_bytes_per_param
 from .attention import FLASH_KERNELS
 from .network import Fabric, collective_time
@@ -257,10 +257,17 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
                     calibrated_sustained(gpu) if scale is None else float(scale), compiled)
     m = B // (lay.dp * b)
     T = b * s // lay.cp
+    kinds = distinct_kinds(model)
     rows, a2a_scale = _expert_rows(model, T, lay.tp, lay.ep, lay.etp, routing)
-    lw = layer_work(model, tokens=T, batch=b, seq_q=s // lay.cp, seq_kv=s, tp=lay.tp, ep=lay.ep,
-                    sequence_parallel=lay.sequence_parallel, recompute=rc, device=device,
-                    etp=lay.etp, rows=rows)
+    works = {k: layer_work(layer_shape(model, k), tokens=T, batch=b, seq_q=s // lay.cp,
+                           seq_kv=s, tp=lay.tp, ep=lay.ep,
+                           sequence_parallel=lay.sequence_parallel, recompute=rc, device=device,
+                           etp=lay.etp if k.moe else None, rows=rows if k.moe else None)
+             for k in kinds}
+    lw = max(works.values(), key=lambda w: w.total)  # the largest layer: tp overlap, FSDP units
+    # per kind: (all its work, what recomputation reruns, forward, backward with the rerun)
+    per = {k: (w.forward + w.backward + w.recompute, w.recompute.total, w.forward.total,
+               w.backward.total + w.recompute.total) for k, w in works.items()}
     groups = _groups(lay, fabric.node_gpus)
 
     def coll(kind: str, size: float, group: str) -> float:
@@ -310,8 +317,6 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     w = r.compute if r.compute == 2 else r.weights  # gathers move the compute-format weights
     g = r.reduce_bytes or r.gradients
     n_dp = groups["dp"][0]
-    layer_compute_f = lw.forward.total
-    layer_compute_b = lw.backward.total + lw.recompute.total
     stage_t, stage_parts, dp_tails, opt = [], [], [], []
     head = head_work(model, tokens=T, tp=lay.tp, device=device)
     emb = embedding_work(model, tokens=T, tp=lay.tp, device=device)
@@ -328,8 +333,12 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     for i, sp in enumerate(params):
         L = on_device[i]
         first, last = i == 0, i == lay.pp - 1
-        key = (L, sp.layer_sharded, sp.layer_replicated, sp.embedding, sp.lm_head,
-               sp.final_norm, sp.expert, first, last)
+        if len(kinds) == 1:
+            held = {kinds[0]: L + (model.mtp_layers if last else 0)}
+        else:
+            held = _stage_kinds(model, lay)[i]
+        key = (tuple(held.items()), sp.layer_sharded, sp.layer_replicated, sp.embedding,
+               sp.lm_head, sp.final_norm, sp.expert, first, last)
         if key in seen:
             t_i, parts_i, tail_i, opt_i = seen[key]
             stage_t.append(t_i)
@@ -337,12 +346,22 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
             dp_tails.append(tail_i)
             opt.append(opt_i)
             continue
-        work = lw.forward.times(L) + lw.backward.times(L) + lw.recompute.times(L)
+        n_layers = sum(held.values())
+        work, recomputed_i, moe_layers = None, 0.0, 0
+        layer_compute_f = layer_compute_b = 0.0
+        for k, n in held.items():
+            all_work, rerun, fwd, bwd = per[k]
+            work = all_work.times(n) if work is None else work + all_work.times(n)
+            recomputed_i += n * rerun
+            moe_layers += n if k.moe else 0
+            layer_compute_f += n * fwd / max(n_layers, 1)
+            layer_compute_b += n * bwd / max(n_layers, 1)
+        work = Work() if work is None else work
         extra_tp = 0.0
         if first:
             work = work + emb
         if last:
-            work = work + head
+            work = work + head.times(1 + model.mtp_layers)
             if lay.tp > 1:  # the final hidden gathered (or reduced) before the LM head, and back
                 extra_tp = 2 * coll("all_gather" if lay.sequence_parallel else "all_reduce",
                                     act, "tp")
@@ -353,12 +372,12 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
             z, overlap, coll, n_dp=n_dp, layers=L, dense_layer=dense_layer,
             expert_layer=expert_layer, root=root, total=sp.total, w=w, g=g,
             forward=layer_compute_f, backward=layer_compute_b, pipelined=lay.pp > 1)
-        tp_i = L * tp_layer + extra_tp
-        cp_i = L * cp_layer
-        comm = tp_i + cp_i + L * ep_layer + pp_send + fsdp
+        tp_i = n_layers * tp_layer + extra_tp
+        cp_i = n_layers * cp_layer
+        ep_i = moe_layers * ep_layer
+        comm = tp_i + cp_i + ep_i + pp_send + fsdp
         stage_t.append(work.total + comm)
-        stage_parts.append((work, L * lw.recompute.total, tp_i, cp_i, pp_send, fsdp,
-                            L * ep_layer))
+        stage_parts.append((work, recomputed_i, tp_i, cp_i, pp_send, fsdp, ep_i))
         dp_tails.append(tail)
         sharded = z >= 1 and n_dp > 1
         local = (sp.total - sp.expert) / (n_dp if sharded else 1) + sp.expert / (
@@ -387,6 +406,20 @@ def _expert_rows(model: ModelShape, tokens: int, tp: int, ep: int, etp: int | No
     device_rows = d.rows(routing.load)
     return (int(device_rows * ep // model.experts),
             device_rows / (d.router_tokens * model.experts_per_token * d.etp))
+
+
+@lru_cache(maxsize=4096)
+def _stage_kinds(model: ModelShape, lay: Layout) -> tuple[dict, ...]:
+    """Per pipeline stage, how many of its device's layers are of each kind, the last stage
+    with the prediction modules (of the last layer's kind) that run after its layers."""
+    out = []
+    kinds = layer_kinds(model)
+    for i, indices in enumerate(lay.device_layer_indices(model.layers)):
+        counts = dict(kind_counts(model, indices))
+        if i == lay.pp - 1 and model.mtp_layers:
+            counts[kinds[-1]] = counts.get(kinds[-1], 0) + model.mtp_layers
+        out.append(counts)
+    return tuple(out)
 
 
 def _data_parallel(z: int, overlap: Overlap, coll, *, n_dp: int, layers: int,
