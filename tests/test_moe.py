@@ -5,13 +5,13 @@ from fractions import Fraction
 
 import pytest
 
-from trainmath.report.data import estimate_dict, estimate_json
+from trainmath.report.data import estimate_dict
 from trainmath.cli.command import main
 from trainmath.model.shape import modified, param_count, param_shapes, shape
 from trainmath.model.presets import preset
 from trainmath.model.moe import active_params, expert_params, expert_tokens, total_params
 from trainmath.time.communication import all_to_all_elements
-from trainmath.parallel.layout import Layout, layout
+from trainmath.parallel.layout import Layout, expert_problems, layout
 from trainmath.memory.stages import device_memory
 from trainmath.parallel.placement import stage_params
 from trainmath.runs.estimates import estimate
@@ -339,23 +339,111 @@ def test_etp_splits_the_experts_rows_and_widths():
 
 
 # -- DeepSeek-V3's published layout ---------------------------------------------------------------
-DSV3_LIKE = shape("deepseek-v3-like", layers=61, hidden=7168, heads=128, ffn=18432, vocab=129280,
-                  experts=256, experts_per_token=8, shared_experts=1, expert_ffn=2048)
+DSV3_CONFIG = "tests/data/hf-configs/DeepSeek-V3.json"
 
 
 def test_deepseek_v3_layout_is_expressible():
-    """DeepSeek-V3 technical report (DeepSeek-AI 2024): 2,048 H800 GPUs, 16-way pipeline
-    parallelism, 64-way expert parallelism spanning 8 nodes, ZeRO-1 data parallelism, no tensor
-    parallelism. Its config.json: 256 routed experts, top 8, 1 shared, moe_intermediate_size
-    2048 (the stand-in shape has no MLA or dense first layers). dp = 2048 / 16 = 128; the
-    experts' data-parallel size 2048 / (64 × 16) = 2; 256 / 64 = 4 experts per GPU."""
-    r = run(DSV3_LIKE, dp=128, pp=16, ep=64, zero_stage=1, gpu="h800", seq_len=4096,
+    """DeepSeek-V3 technical report (DeepSeek-AI 2024, §3.1-3.2): 2,048 H800 GPUs, 16-way
+    pipeline parallelism, 64-way expert parallelism, ZeRO-1 data parallelism, no tensor
+    parallelism. Its config.json: 256 routed experts of moe_intermediate_size 2048 at hidden
+    7168, top 8, 1 shared, 3 dense layers of 61 and one prediction module. dp = 2048 / 16 = 128;
+    the experts' data-parallel size 2048 / (64 × 16) = 2; 256 / 64 = 4 experts a GPU; 62 layers
+    over 16 stages put at most 4 on one, and the 59 mixture layers at least 4 on one (59 > 3 ×
+    16), so the fullest device holds 4 × 4 experts of 3 × 7168 × 2048."""
+    from trainmath.model.hfconfig import load_config
+
+    m = load_config(DSV3_CONFIG)
+    r = run(m, dp=128, pp=16, ep=64, zero_stage=1, gpu="h800", seq_len=4096,
             global_batch=15360, recompute="full")
     assert r.layout.gpus == 2048 and r.layout.expert_zero_group == 2
     e = estimate(r)
     assert e.experts.dispatch.local_experts == 4
-    assert e.experts.all_to_all == (64, 8)  # 8 nodes of 8, the ep group spans them
-    assert e.run.gpu.name == "H800 SXM"
+    assert e.experts.params == 4 * 4 * 3 * 7168 * 2048
+    assert e.experts.all_to_all == (64, 8)  # 8 nodes of 8 GPUs: "spanning 8 nodes" (§3.2)
+    assert e.run.gpu.name == "H800 SXM" and e.fits
+    # transformers' 61 layers and the prediction module (tests/data/hf-configs/SOURCES.json)
+    assert e.params == 671_026_404_352 + 11_610_067_968
+
+
+def test_deepseek_v3_estimate_answers_on_the_command_line(capsys):
+    """The issue's done-when: the published layout as flags answers with the total and active
+    parameters and the fullest device's memory."""
+    assert main(["estimate", "--config", DSV3_CONFIG, "--ep", "64", "--pp", "16", "--dp", "128",
+                 "--zero", "1", "--seq-len", "4096", "--global-batch", "15360", "--recompute",
+                 "full", "--gpu", "h800"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{DSV3_CONFIG}: 682,636,472,320 parameters")
+    assert "parameters active per token" in out.splitlines()[1]
+    assert "= 2048 GPUs, experts ep 64 × etp 1 × edp 2" in out
+    assert "per device (pipeline stage" in out and "fits in one H800 SXM" in out
+
+
+# -- folding: Megatron-Core's rule, not ep | dp ------------------------------------------------------
+def _megatron_accepts(world, tp, cp, pp, ep, etp):
+    """parallel_state.initialize_model_parallel (core_v0.15.0), written out from its source:
+    world % (tp·pp·cp) == 0 and world % (etp·ep·pp) == 0 (etp None: tp)."""
+    etp = tp if etp is None else etp
+    return world % (tp * pp * cp) == 0 and world % (etp * ep * pp) == 0
+
+
+@pytest.mark.parametrize(("dp", "tp", "cp", "pp", "ep", "etp"), [
+    (4, 1, 2, 1, 8, None),   # ep 8 over dp 4 × cp 2: divides dp·cp, not dp
+    (1, 1, 8, 1, 8, None),   # the README's cp 8 × ep 8 on 8 GPUs
+    (2, 4, 1, 2, 8, 1),      # etp 1 under tp 4: ep folds over tp too
+    (2, 4, 1, 2, 8, None),   # etp = tp 4: 4 × 8 = 32 does not divide 8
+    (4, 1, 1, 2, 8, None),   # ep 8 > dp 4, no cp
+    (6, 1, 1, 1, 4, None),   # 4 does not divide 6
+    (3, 1, 4, 1, 4, None),   # 4 divides 12 = dp·cp, not dp 3
+])
+def test_ep_is_accepted_exactly_where_megatron_core_accepts_it(dp, tp, cp, pp, ep, etp):
+    """Mixtral (8 experts, ffn 14336: every ep and etp here divides them)."""
+    world = dp * tp * cp * pp
+    ok = _megatron_accepts(world, tp, cp, pp, ep, etp)
+    lay = Layout(dp=dp, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp)
+    problems = expert_problems(MIXTRAL, lay)
+    assert (not problems) == ok
+    if ok:
+        assert lay.expert_zero_group == world // ((tp if etp is None else etp) * ep * pp)
+    else:
+        (p,) = problems
+        assert f"{lay.expert_tp} × {ep} = {lay.expert_tp * ep} does not divide" in p.message
+        assert "accepted: etp × ep a divisor of" in p.message
+
+
+def test_an_ep_that_divides_dp_cp_but_not_dp_is_accepted(capsys):
+    """ep 8 on dp 4 × cp 2 (Megatron-Core folds ep over dp·cp): 8 GPUs, one expert each, the
+    expert data-parallel size 8 / 8 = 1, so ZeRO has no expert states to shard."""
+    r = run(MIXTRAL, dp=4, cp=2, ep=8, seq_len=4096, zero_stage=1)
+    assert r.layout.gpus == 8 and r.layout.expert_zero_group == 1
+    (one,) = stage_params(MIXTRAL, r.layout)
+    assert one.expert == 32 * 3 * 4096 * 14336  # one expert of each of the 32 layers
+    assert main(["estimate", "--model", "mixtral-8x7b", "--dp", "4", "--cp", "2", "--ep", "8",
+                 "--seq-len", "4096"]) == 0
+    assert "experts ep 8 × etp 1 × edp 1" in capsys.readouterr().out
+
+
+def test_a_layout_that_does_not_fold_names_the_bad_value_on_the_command_line(capsys):
+    assert main(["estimate", "--model", "mixtral-8x7b", "--dp", "2", "--cp", "2", "--ep", "8",
+                 "--seq-len", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert "etp × ep = 1 × 8 = 8 does not divide the dp × cp × tp = 2 × 2 × 1 = 4 GPUs" in err
+    assert "accepted: etp × ep a divisor of 4" in err
+
+
+def test_the_planner_searches_folded_layouts():
+    """Mixtral on 8 B200s at s = 32768: the README's cp 8 × ep 8 layout is among the
+    candidates, and one with etp 1 under tp 2 (its ep 8 folded over dp·cp·tp); every candidate
+    is one Megatron-Core would build."""
+    from trainmath.planner.search import plan
+
+    p = plan(MIXTRAL, gpu="b200", gpus=8, seq_len=32768, global_batch=8)
+    layouts = {(c.layout.dp, c.layout.tp, c.layout.cp, c.layout.ep, c.layout.expert_tp)
+               for c in p.candidates}
+    assert (1, 1, 8, 8, 1) in layouts
+    assert any(tp == 2 and etp == 1 and ep == 8 and dp * cp * tp == 8
+               for dp, tp, cp, ep, etp in layouts)
+    assert all(_megatron_accepts(8, c.layout.tp, c.layout.cp, c.layout.pp, c.layout.ep,
+                                 c.layout.etp) for c in p.candidates)
 
 
 def test_h800_is_the_h100s_compute_with_less_nvlink():

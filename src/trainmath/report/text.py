@@ -155,6 +155,10 @@ def _expert_lines(est: Estimate) -> list[str]:
                      f"{whole_gb(load.process):>11}  {fits:>4}  {load_words(load.load, routing)}"
                      f"{mark}")
     lines.append(f"  {band_words()}")
+    if est.training.recompute == "full":
+        lines.append("  recompute full: each layer keeps only its input for backward, so the load "
+                     "changes only the tensors of the one layer being recomputed, which the peak "
+                     "does not count")
     dropped = x.dropped_at_most
     if routing.dropless:
         lines.append("  drops: none (dropless)")
