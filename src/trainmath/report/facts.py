@@ -86,7 +86,7 @@ def load_words(load: str, routing: Routing) -> str:
         return "every expert its share"
     if load == "measured":
         return (f"{float(MEASURED_MAX_LOAD):g}× the share, the most loaded expert's in published "
-                "training runs")
+                "training runs" + ("" if routing.dropless else ", at most the capacity"))
     if routing.dropless:
         return "every token copy of the ep group that can reach this device's experts"
     return "this device's experts full to their capacity"
