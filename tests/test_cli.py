@@ -149,7 +149,7 @@ def test_parse_count(text):
         ([], "no model given; accepted: --model PRESET, --config PATH, --params N, or a shape"),
         (["--params", "7e9", "--gpu-memory", "80"], "cannot read '80' as an amount of memory"),
         (["--params", "7e9", "--gpu-memory", "80 GiGs"], "unknown byte unit 'GiGs'"),
-        (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h200, b200, a100-80gb"),
+        (["--params", "7e9", "--gpu", "v100"], "argument --gpu: unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h800, h200, b200, a100-80gb"),
         (["--params", "7e9", "--offload", "cpu"],
          "argument --offload: unknown offload 'cpu'; accepted: none, optimizer, params"),
         (["--params", "7e9", "--offload", "optimizer", "--zero", "1"],
@@ -174,7 +174,7 @@ def test_parse_count(text):
         (["--params", "7e9", "--mfu", "0.4", "--gpu", "h100-sxm"], "mfu needs tokens as well"),
         (["--params", "7e9", "--tokens", "1T", "--mfu", "0.4"],
          "a time to train needs a GPU kind for its peak FLOP/s; accepted: gpu one of a100-sxm, "
-         "a100-40gb, h100-sxm, h200, b200, a100-80gb"),
+         "a100-40gb, h100-sxm, h800, h200, b200, a100-80gb"),
         (["--params", "7e9", "--tokens", "1T", "--mfu", "0.4", "--gpu", "h100-sxm", "--recipe", "fp32"],
          "recipe 'fp32' computes in fp32, which the GPU table has no peak for"),
         (["--params", "7e9", "--recompute", "some"], "argument --recompute: unknown recompute 'some'; accepted: none, selective, full"),

@@ -105,17 +105,18 @@ def test_gpu_table_dense_peaks():
 
 
 def test_gpu_memory_as_sold_as_built_and_as_nvidia_smi_reports_it():
-    """Datasheet labels: A100 80GB HBM2e, A100 40GB HBM2, H100 SXM 80GB HBM3, H200 141GB HBM3e,
-    HGX B200 180GB HBM3E (192GB raw at Blackwell's launch). nvidia-smi's memory.total, as public
-    outputs print it: 81920MiB, 40960MiB, 81559MiB, 143771MiB and 183359MiB."""
+    """Datasheet labels: A100 80GB HBM2e, A100 40GB HBM2, H100 SXM 80GB HBM3, H800 80GB HBM3,
+    H200 141GB HBM3e, HGX B200 180GB HBM3E (192GB raw at Blackwell's launch). nvidia-smi's
+    memory.total, as public outputs print it: 81920MiB, 40960MiB, 81559MiB, 143771MiB and
+    183359MiB (the H800 taken as the H100's 81559MiB)."""
     MiB, GiB = 2**20, 2**30
     labels = {k: (g.memory.label, g.memory.marketed.n) for k, g in GPUS.items()}
     assert labels == {"a100-sxm": ("80GB HBM2e", 80 * GB), "a100-40gb": ("40GB HBM2", 40 * GB),
-                      "h100-sxm": ("80GB HBM3", 80 * GB),
+                      "h100-sxm": ("80GB HBM3", 80 * GB), "h800": ("80GB HBM3", 80 * GB),
                       "h200": ("141GB HBM3e", 141 * GB), "b200": ("180GB HBM3E", 180 * GB)}
     reported = {k: g.memory.reported.n for k, g in GPUS.items()}
     assert reported == {"a100-sxm": 81920 * MiB, "a100-40gb": 40960 * MiB,
-                        "h100-sxm": 81559 * MiB, "h200": 143771 * MiB,
+                        "h100-sxm": 81559 * MiB, "h800": 81559 * MiB, "h200": 143771 * MiB,
                         "b200": 183359 * MiB}
     assert all(g.memory.usable == g.memory.reported for g in GPUS.values())
     # "80GB" is binary: the A100 reports exactly 80 GiB, about 85.9e9 bytes, not 80e9
@@ -139,7 +140,7 @@ def test_peak_names_its_denominator():
 
 
 def test_gpu_bad_input():
-    with pytest.raises(ValueError, match="unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h200, b200, a100-80gb"):
+    with pytest.raises(ValueError, match="unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h800, h200, b200, a100-80gb"):
         gpu("v100")
     with pytest.raises(ValueError, match="A100 SXM 80GB has no fp8 tensor cores"):
         peak_flops("a100-sxm", "fp8")

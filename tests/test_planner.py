@@ -53,16 +53,19 @@ def test_korthikanti_table_3_model_sizes(name, billions):
 
 # -- the interconnect table -----------------------------------------------------------------------
 def test_every_gpu_kind_has_a_node():
-    """NVLink per GPU, both directions: A100 600 GB/s, H100/H200 900 GB/s, B200 1.8 TB/s (NVIDIA
-    datasheets); network: one 200 Gb/s HDR adapter per A100 in a DGX A100, one 400 Gb/s
-    ConnectX-7 per GPU in DGX H100, H200 and B200."""
+    """NVLink per GPU, both directions: A100 600 GB/s, H100/H200 900 GB/s, H800 400 GB/s, B200
+    1.8 TB/s (NVIDIA datasheets); network: one 200 Gb/s HDR adapter per A100 in a DGX A100, one
+    400 Gb/s ConnectX-7 per GPU in DGX H100, H200 and B200 (the H800's taken as the same)."""
     assert set(INTERCONNECTS) == set(GPUS)
     both_ways = {k: 2 * i.nvlink for k, i in INTERCONNECTS.items()}
     assert both_ways == {"a100-sxm": 600 * GB, "a100-40gb": 600 * GB, "h100-sxm": 900 * GB,
-                         "h200": 900 * GB, "b200": 1800 * GB}
+                         "h800": 400 * GB, "h200": 900 * GB, "b200": 1800 * GB}
     gbit = {k: i.network * 8 / 1e9 for k, i in INTERCONNECTS.items()}
-    assert gbit == {"a100-sxm": 200, "a100-40gb": 200, "h100-sxm": 400, "h200": 400, "b200": 400}
-    assert all(i.node_gpus == 8 and i.source.startswith("NVIDIA DGX") for i in INTERCONNECTS.values())
+    assert gbit == {"a100-sxm": 200, "a100-40gb": 200, "h100-sxm": 400, "h800": 400, "h200": 400,
+                    "b200": 400}
+    assert all(i.node_gpus == 8 and i.source.startswith("NVIDIA DGX" if k != "h800" else
+                                                        "NVIDIA H800 datasheet")
+               for k, i in INTERCONNECTS.items())
 
 
 # -- a plan ---------------------------------------------------------------------------------------
@@ -157,16 +160,20 @@ def test_cli(capsys):
 
 # -- mixture of experts: expert parallelism within the data-parallel group --------------------------
 def test_mixture_of_experts_plans_expert_parallelism():
-    """Mixtral-8x7B (8 experts, Jiang et al. 2024) on 64 H100s: ep is tried wherever it divides
-    dp and the expert count, adds no GPUs, and its all-to-all is timed."""
+    """Mixtral-8x7B (8 experts, Jiang et al. 2024) on 64 H100s: ep is tried wherever etp·ep
+    divides dp·cp·tp (Megatron-Core's parallel folding: world % (etp·ep·pp) == 0) and ep the
+    expert count, with etp = tp or 1; it adds no GPUs, and its all-to-all is timed."""
     m = preset("mixtral-8x7b")
     p = plan(m, gpu="h100-sxm", gpus=64, seq_len=4096, global_batch=256)
     tried = {c.layout.ep for c in p.candidates}
     assert tried == {1, 2, 4, 8}
     for c in p.candidates:
         lay = c.layout
-        assert lay.dp % lay.ep == 0 and m.experts % lay.ep == 0
+        assert (lay.dp * lay.cp * lay.tp) % (lay.expert_tp * lay.ep) == 0 and m.experts % lay.ep == 0
+        assert lay.expert_tp in (lay.tp, 1)
         assert lay.dp * lay.tp * lay.pp * lay.cp == 64
+    # folded: ep 8 where dp is smaller than ep, over dp·cp (cp 8 × ep 8 on 8 GPUs per stage)
+    assert any(c.layout.dp < c.layout.ep for c in p.candidates if c.status == "kept")
     expert_parallel = [c for c in p.ranking if c.layout.ep > 1]
     assert expert_parallel and all(c.time.ep > 0 for c in expert_parallel)
     assert all(c.time.ep == 0 for c in p.ranking if c.layout.ep == 1)

@@ -205,7 +205,7 @@ def test_the_command_prints_the_library_estimate():
     assert list(d) == ["params", "active_params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
                        "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
-                       "host", "on_device", "step", "time", "finetune", "inputs"]
+                       "host", "on_device", "step", "time", "finetune", "experts", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
 
@@ -237,8 +237,8 @@ def test_to_dict_rounds_an_uneven_shard_up():
         (lambda: run(7e9, micro_batch=1.5), r"micro_batch \(b\) must be a positive whole number, got 1.5"),
         (lambda: run(7e9, gpu_memory="80"), "cannot read '80' as an amount of memory"),
         (lambda: Gpu(80), r"gpu memory must be a positive Bytes, e.g. parse_bytes\('80GB'\), got 80"),
-        (lambda: Gpu(), "a Gpu needs a kind .accepted: a100-sxm, a100-40gb, h100-sxm, h200, b200. or a memory"),
-        (lambda: run(7e9, gpu="v100"), "unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h200, b200, a100-80gb"),
+        (lambda: Gpu(), "a Gpu needs a kind .accepted: a100-sxm, a100-40gb, h100-sxm, h800, h200, b200. or a memory"),
+        (lambda: run(7e9, gpu="v100"), "unknown GPU 'v100'; accepted: a100-sxm, a100-40gb, h100-sxm, h800, h200, b200, a100-80gb"),
         (lambda: run(7e9, offload="cpu"),
          "unknown offload 'cpu'; accepted: none, optimizer, parameters"),
         (lambda: run(7e9, offload="parameters", zero_stage=1), "needs ZeRO stage 3"),

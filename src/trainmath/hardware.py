@@ -166,6 +166,25 @@ GPUS: dict[str, Accelerator] = {
             "Architecture whitepaper: 132 SMs on H100 SXM5",
         ),
         Accelerator(
+            "h800", "H800 SXM", 989.4 * TERA, 1978.9 * TERA,
+            GpuMemory(
+                "80GB HBM3", Bytes(80 * GB), Bytes(80 * GiB), Bytes(81_559 * MiB),
+                "NVIDIA H800 Tensor Core GPU datasheet (NVIDIA's China product page, 2023), as "
+                "public copies quote it: 80GB HBM3, 3.35TB/s; the H100 SXM's five HBM3 stacks of "
+                f"16 GiB; {_SMI} taken as the H100 SXM's 81559MiB (same memory): unverified",
+                "The datasheet itself was not found in the sources this library reads; its "
+                "figures here are those public copies quote, and they equal the H100 SXM's.",
+            ),
+            "NVIDIA H800 Tensor Core GPU datasheet, as public copies quote it: the H100 SXM's "
+            "tensor cores (BF16 1,979 and FP8 3,958 TFLOPS with sparsity, half that dense); "
+            "NVLink 400GB/s instead of the H100's 900GB/s, and FP64 cut: the export-control "
+            "variant of the same GH100 part",
+            "The GPU DeepSeek-V3 was trained on: 2,048 of them (DeepSeek-AI 2024, §3.1).",
+            3350 * GB, 132,
+            "NVIDIA H800 datasheet as public copies quote it: 3.35TB/s; the H100 SXM's 132 SMs "
+            "(same GH100 part)",
+        ),
+        Accelerator(
             "h200", "H200 SXM", 989.4 * TERA, 1978.9 * TERA,
             GpuMemory(
                 "141GB HBM3e", Bytes(141 * GB), Bytes(144 * GiB), Bytes(143_771 * MiB),
@@ -261,6 +280,12 @@ INTERCONNECTS: dict[str, Interconnect] = {
                      "NVIDIA DGX H100 datasheet: 8 H100 SXMs, fourth-generation NVLink 900 GB/s per "
                      "GPU (both directions), eight 400 Gb/s ConnectX-7 adapters (50 GB/s each way "
                      "per GPU); Dubey et al. 2024 §3.3.1: Llama 3's 400 Gbps per GPU"),
+        Interconnect("h800", 8, 200 * GB, 50 * GB,
+                     "NVIDIA H800 datasheet as public copies quote it: NVLink 400GB/s per GPU (both "
+                     "directions together: 200 GB/s each way); 8 GPUs a node and 50 GB/s of "
+                     "InfiniBand per GPU as in DeepSeek-V3's cluster (DeepSeek-AI 2024, §3.1: 8 "
+                     "GPUs a node over NVLink and NVSwitch, InfiniBand across nodes), the adapters' "
+                     "rate taken as a DGX H100's 400 Gb/s: an assumption"),
         Interconnect("h200", 8, 450 * GB, 50 * GB,
                      "NVIDIA DGX H200 datasheet: 8 H200s, NVLink 900 GB/s per GPU (both "
                      "directions), eight 400 Gb/s ConnectX-7 adapters"),

@@ -54,6 +54,8 @@ def positive_int(name: str, value: object) -> int:
 
     Floats such as ``7e9`` are accepted when they are whole; ``7.5`` and ``True`` are not.
     """
+    if type(value) is int and value > 0:  # the common case, first (the planner asks often)
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a positive whole number, got {value!r}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):

@@ -22,6 +22,7 @@ from typing import Sequence
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
 from ..memory.training import Training
 from ..model.hfconfig import load_config
+from ..model.moe import Routing
 from ..model.presets import preset
 from ..model.shape import ModelShape, modified, shape
 from ..parallel.layout import Batch, Layout, gpus_problems
@@ -99,7 +100,7 @@ def to_run(args: argparse.Namespace) -> Run:
     model = _model(args)
     lay = Layout(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, v=args.interleave,
                  sequence_parallel=args.sequence_parallel, ep=args.ep,
-                 stages=args.stage_layers or ())
+                 stages=args.stage_layers or (), etp=args.etp)
     check([*time_problems(args.tokens, args.mfu),
            *([] if args.gpus is None else gpus_problems(args.gpus, lay))])
     return Run(
@@ -108,7 +109,7 @@ def to_run(args: argparse.Namespace) -> Run:
                           zero_stage=args.zero, recompute=args.recompute,
                           implementation=args.implementation, mlp_kernel=args.mlp_kernel,
                           attention=args.attention, optimizer_impl=args.optimizer_impl,
-                          offload=args.offload),
+                          offload=args.offload, routing=_routing(args)),
         layout=lay,
         batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
         gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
@@ -199,6 +200,11 @@ def _check(args: argparse.Namespace) -> Diagnosis:
     return diagnose(estimate(to_run(args)), oom=oom, readings=readings, measured=measured)
 
 
+def _routing(args: argparse.Namespace) -> Routing:
+    """A mixture's routing as the flags give it."""
+    return Routing(args.capacity_factor, args.pad_to_capacity, args.expert_load)
+
+
 def _overlap(args: argparse.Namespace) -> Overlap:
     """What the flags say the framework overlaps."""
     return Overlap(gradients=not args.no_overlap, parameters=not args.no_overlap,
@@ -222,7 +228,9 @@ def _plan(args: argparse.Namespace) -> Plan:
         tp_across_nodes=args.tp_across_nodes, cp_across_nodes=args.cp_across_nodes,
         layout=args.layout,
         zero_stages=None if args.zero is None else (args.zero,),
-        recomputes=None if args.recompute is None else (args.recompute,))
+        recomputes=None if args.recompute is None else (args.recompute,),
+        capacity_factor=args.capacity_factor, pad_to_capacity=args.pad_to_capacity,
+        expert_load=args.expert_load)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,7 @@ from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECO
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
 from ..model.hfconfig import COMPOSITE, FAMILIES
+from ..model.moe import EXPERT_LOADS
 from ..model.presets import PRESETS
 from ..model.shape import MLP_KINDS, NORM_KINDS
 from ..parallel.layout import parse_stages
@@ -141,6 +142,18 @@ def parse_fraction(text: str) -> float:
         value = -1.0
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1")
+    return value
+
+
+def parse_capacity_factor(text: str) -> float:
+    """A capacity factor: a number above 0, such as ``1.25``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a capacity factor; accepted: a number "
+                                         "above 0, such as 1.0 or 1.25")
     return value
 
 
@@ -284,6 +297,24 @@ def _time_flags(commands, group) -> list[Flag]:
     ]
 
 
+def _routing_flags(commands, group) -> list[Flag]:
+    """A mixture's routing (:class:`trainmath.model.moe.Routing`), for estimate and plan alike."""
+    return [
+        Flag(("--capacity-factor",), commands, group, "each expert takes at most C times its "
+             "balanced share of a router's token copies, the rest dropped (Megatron-Core's "
+             "--moe-expert-capacity-factor); default: dropless", parse=parse_capacity_factor,
+             metavar="C"),
+        Flag(("--pad-to-capacity",), commands, group, "pad every expert to its capacity, so the "
+             "buffers have that size whatever the router does (--moe-pad-expert-input-to-"
+             "capacity; needs --capacity-factor)", kind="on", default=False),
+        Flag(("--expert-load",), commands, group, "the load counted on a device's experts: "
+             "balanced (every expert its share), measured (the most loaded expert's share in "
+             "published runs) or worst (every token copy of the ep group, or the capacity); "
+             "default balanced. The output states all three", choices=EXPERT_LOADS,
+             what="expert load", default="balanced", metavar="LOAD"),
+    ]
+
+
 def _positive_flags(commands, group, specs):
     return [Flag((f"--{name}",), commands, group, help, parse=parse_positive, default=default,
                  metavar=metavar) for name, help, default, metavar in specs]
@@ -332,10 +363,15 @@ FLAGS: tuple[Flag, ...] = (
                                         ("tp", "tensor-parallel size", 1, None),
                                         ("pp", "pipeline-parallel size", 1, None),
                                         ("cp", "context-parallel size", 1, None),
-                                        ("ep", "expert-parallel size, within dp (a mixture of experts)", 1, None),
+                                        ("ep", "expert-parallel size (a mixture of experts): "
+                                               "etp·ep must divide dp·cp·tp, as Megatron-Core "
+                                               "folds the experts over the GPUs", 1, None),
+                                        ("etp", "expert-tensor-parallel size: each expert split "
+                                                "etp ways (default: tp, as Megatron-Core)", None, None),
                                         ("interleave", "model chunks per pipeline device (interleaved 1F1B)", 1, "V"),
                                         ("gpus", "check that dp·tp·pp·cp equals this", None, None))),
     Flag(("--sequence-parallel",), _EST, "training", kind="on", default=False),
+    *_routing_flags(_EST, "training"),
     Flag(("--stage-layers",), _EST, "training", "layers of each pipeline stage (of each model "
          "chunk with --interleave), e.g. 7/8*14/7 for Llama 3 405B on pp 16; default: even, or "
          "one fewer on the first and last stages when the layers do not divide",
@@ -429,6 +465,7 @@ FLAGS: tuple[Flag, ...] = (
          "offers)", choices=STAGES, what="ZeRO stage", convert=int),
     Flag(("--recompute",), _PLAN, "run", "search only this recomputation, none, selective or full "
          "(default: each the kernels allow)", choices=RECOMPUTE_KINDS, what="recompute"),
+    *_routing_flags(_PLAN, "run"),
     # plan: the step-time model's assumptions
     *_time_flags(_PLAN, "assumptions"),
     Flag(("--tp-across-nodes",), _PLAN, "assumptions", "allow tp beyond one node", kind="on",
@@ -438,8 +475,8 @@ FLAGS: tuple[Flag, ...] = (
     # plan: output
     Flag(("--top",), _PLAN, "output", "rows of the table (default 10)", parse=parse_positive,
          default=10),
-    Flag(("--layout",), _PLAN, "output", "score your layout, e.g. dp=16,tp=8,pp=4 (also ep, v, "
-         "zero, recompute, b, and stages=7/8*14/7)", metavar="SPEC"),
+    Flag(("--layout",), _PLAN, "output", "score your layout, e.g. dp=16,tp=8,pp=4 (also ep, etp, "
+         "v, zero, recompute, b, and stages=7/8*14/7)", metavar="SPEC"),
     Flag(("--explain",), _PLAN, "output", "why each runner-up lost to the best", kind="on",
          default=False),
     Flag(("--json",), _PLAN, "output", "one JSON object: every layout considered", kind="on",

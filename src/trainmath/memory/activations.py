@@ -34,8 +34,9 @@ from functools import cached_property, lru_cache
 from .kernels import (FP32_BYTES, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT_BYTES, _kernels,
                       context_parallel_problems, kernel_problems)
 from .hf_families import hf_family, norm_keeps
+from ..model.moe import Routing, dispatch, routing_problems
 from ..model.shape import ModelShape
-from ..parallel.layout import Layout, sequence_problems, tensor_split_problems
+from ..parallel.layout import Layout, expert_problems, sequence_problems, tensor_split_problems
 from ..problems import check
 from ..units import Bytes, choice, positive_int
 
@@ -122,13 +123,16 @@ def activation_bytes(model: ModelShape, s: int, b: int) -> Bytes:
 @dataclass(frozen=True)
 class Split:
     """One micro-batch on one device: sequence length s, micro-batch b, and how tensor and
-    context parallelism split it (``tp``, ``sequence_parallel``, ``cp``)."""
+    context parallelism split it (``tp``, ``sequence_parallel``, ``cp``), and a mixture's
+    experts (``ep``, and ``etp``: None for tp)."""
 
     seq_len: int
     micro_batch: int
     tp: int = 1
     sequence_parallel: bool = False
     cp: int = 1
+    ep: int = 1
+    etp: int | None = None
 
     @property
     def tokens(self) -> Fraction:
@@ -146,7 +150,8 @@ class Split:
 class Kernels:
     """How a layer runs: recomputation, attention, the kernel family and MLP kernel, and the
     bytes of its values, dropout-mask entries and norm statistics; ``autocast`` for
-    ``torch.autocast`` over fp32 parameters (see :func:`layer_activations`)."""
+    ``torch.autocast`` over fp32 parameters (see :func:`layer_activations`); ``routing``, a
+    mixture's capacity, padding and the expert load counted (:class:`trainmath.model.moe.Routing`)."""
 
     recompute: str = "none"
     attention: str = "eager"
@@ -156,6 +161,7 @@ class Kernels:
     mask_bytes: int = MASK_BYTES
     stat_bytes: int = STAT_BYTES
     autocast: bool = False
+    routing: Routing = Routing()
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,9 @@ def layer_activations(
     mlp_kernel: str = "eager",
     implementation: str | None = None,
     autocast: bool = False,
+    ep: int = 1,
+    etp: int | None = None,
+    routing: Routing = Routing(),
 ) -> LayerActivations:
     """The tensors one layer of ``model`` saves for backward, on one device.
 
@@ -286,6 +295,11 @@ def layer_activations(
     parallel) splits every tensor along the sequence; it is modelled with ``attention="flash"``
     only, since ring attention never materialises the s×s scores.
 
+    A mixture of experts' dispatched tokens, expert intermediates and expert outputs are
+    counted for the rows its device's experts process (:func:`trainmath.model.moe.dispatch`):
+    expert parallelism ``ep``, expert tensor parallelism ``etp`` (None: tp) and ``routing``
+    (capacity factor, padding, and the load counted: balanced unless it says otherwise).
+
     Recomputation (§5, :data:`~trainmath.memory.kernels.RECOMPUTE_KINDS`): ``"selective"`` recomputes the attention core
     and so drops the s×s tensors; ``"full"`` keeps only the layer's input (2sbh, split by tp
     only with sequence parallelism). For a GPT-style shape with eager attention,
@@ -301,15 +315,18 @@ def layer_activations(
     mlp_kernel = choice("mlp_kernel", mlp_kernel, MLP_KERNELS)
     lay = Layout(tp=tp, cp=cp, sequence_parallel=sequence_parallel)
     problems = [*tensor_split_problems(model, tp), *sequence_problems(s, lay),
-                *context_parallel_problems(cp, attention)]
+                *context_parallel_problems(cp, attention), *routing_problems(model, routing)]
+    if ep > 1 or etp is not None:  # the experts' split, on an expert group of etp·ep GPUs
+        folded = Layout(dp=ep * (tp if etp is None else etp), tp=tp, cp=cp, ep=ep, etp=etp)
+        problems += expert_problems(model, folded)
     if implementation is not None:
         problems += kernel_problems(model, implementation, tp=tp, cp=cp, recompute=recompute,
                                     sequence_parallel=sequence_parallel, mlp_kernel=mlp_kernel)
     check(problems)
-    return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp),
+    return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp, ep, etp),
                   Kernels(recompute=recompute, attention=attention, family=family,
                           mlp_kernel=mlp_kernel, value_bytes=value_bytes, mask_bytes=mask_bytes,
-                          stat_bytes=stat_bytes, autocast=bool(autocast)))
+                          stat_bytes=stat_bytes, autocast=bool(autocast), routing=routing))
 
 
 def _projections(model: ModelShape, block: str) -> int:
@@ -505,8 +522,11 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
 
     if model.moe:
         mlp_input("the router and the experts' dispatch")
-        out.extend(_moe_block(model, tokens, rep=rep, split=split, v=v, mlp_kernel=mlp_kernel,
-                              hf=hf))
+        rows = dispatch(model, tokens=tokens, tp=tp, ep=sp.ep, etp=sp.etp,
+                        routing=k.routing).rows(k.routing.load)
+        etp = tp if sp.etp is None else sp.etp
+        out.extend(_moe_block(model, tokens, rep=rep, rows=rows, width_split=Fraction(1, etp),
+                              split=split, v=v, mlp_kernel=mlp_kernel, hf=hf))
         if model.norm_placement in ("sandwich", "post"):
             after("post-feedforward", "norms")
         return LayerActivations(tuple(out))
@@ -594,21 +614,22 @@ def _mlp_intermediates(model: ModelShape, copies: Fraction, width: int, *, split
                   Bytes(n * v * copies * width * split))]
 
 
-def _moe_block(model: ModelShape, tokens: Fraction, *, rep: Fraction, split: Fraction, v: int,
-               mlp_kernel: str, hf: bool = False) -> list[Saved]:
+def _moe_block(model: ModelShape, tokens: Fraction, *, rep: Fraction, rows: Fraction,
+               width_split: Fraction, split: Fraction, v: int, mlp_kernel: str,
+               hf: bool = False) -> list[Saved]:
     """What a mixture-of-experts MLP saves for backward, after the norm (Megatron-Core's
-    ``MoELayer``: router, token dispatcher, grouped experts), assuming balanced routing.
+    ``MoELayer``: router, token dispatcher, grouped experts).
 
     The router's softmax output (fp32, E per token; Megatron-Core keeps routing in fp32 with
     ``--moe-router-dtype fp32``, Hugging Face's ``MixtralTopKRouter`` runs ``softmax(...float())``),
-    the top-k indices (int64) and routing weights (fp32, k per token); the dispatched copies of
-    the tokens, k per token, the experts' input (b·s·k·h); each copy's expert MLP intermediates
-    at the expert width (as a dense MLP's, :data:`~trainmath.memory.kernels.MLP_KERNELS`), split by tp (expert tensor
-    parallelism = tp); the experts' outputs, which the weighted combine multiplies by the
-    routing weights (b·s·k·h); shared experts as a dense MLP on every token. With balanced
-    routing a device's experts see b·s·k token copies whatever ep is
-    (:func:`trainmath.model.moe.expert_tokens`). The router and dispatch tensors are split by tp only
-    with sequence parallelism; the dispatched tokens are whole on each tensor-parallel rank.
+    the top-k indices (int64) and routing weights (fp32, k per token); the dispatched token
+    copies this device's experts process, the experts' input (``rows`` × h,
+    :func:`trainmath.model.moe.dispatch`: b·s·k/cp when routing is balanced and etp = tp,
+    whatever ep is); each row's expert MLP intermediates at the expert width (as a dense MLP's,
+    :data:`~trainmath.memory.kernels.MLP_KERNELS`), split etp ways (``width_split``); the
+    experts' outputs, which the weighted combine multiplies by the routing weights (``rows`` ×
+    h); shared experts as a dense MLP on every token, split tp ways. The router tensors are
+    split by tp only with sequence parallelism.
 
     Hugging Face's ``MixtralForCausalLM`` (transformers 5: ``MixtralTopKRouter`` in
     ``transformers/models/mixtral/modeling_mixtral.py`` and its default experts implementation,
@@ -619,7 +640,9 @@ def _moe_block(model: ModelShape, tokens: Fraction, *, rep: Fraction, split: Fra
     grouped matrix multiply (int32, E), each copy's routing weight gathered (fp32) and the
     inverse permutation that restores the order (int64 per copy). Every tensor is per token,
     per token copy or per expert, so the total does not depend on how the router spreads the
-    tokens (validate/test_moe_saved.py measures it with real routing).
+    tokens (validate/test_moe_saved.py measures it with real routing). Qwen3-MoE's, DeepSeek's,
+    gpt-oss's and Llama 4's code differ from Mixtral's in their routers and experts
+    (:mod:`trainmath.memory.hf_families`).
     """
     h, k, E, w = model.hidden, model.experts_per_token, model.experts, model.expert_width
     copies = tokens * k
@@ -642,16 +665,16 @@ def _moe_block(model: ModelShape, tokens: Fraction, *, rep: Fraction, split: Fra
         out.append(Saved("MLP", "top-k routing weights, fp32 (k per token)",
                          Bytes(FP32_BYTES * copies * rep)))
     out.append(Saved("MLP", "dispatched token copies, the experts' input (k × h per token)",
-                     Bytes(v * copies * h)))
+                     Bytes(v * rows * h)))
     if hf and fam.expert_widths != 4:  # gpt-oss: clamps, sigmoid, (up + 1) · glu
         out.append(Saved("MLP", f"routed experts: clamped gated MLP intermediates "
                                 f"({fam.expert_widths} × expert ffn wide)",
-                         Bytes(fam.expert_widths * v * copies * w * split)))
+                         Bytes(fam.expert_widths * v * rows * w * width_split)))
     else:
-        out += _mlp_intermediates(model, copies, w, split=split, v=v, mlp_kernel=mlp_kernel,
+        out += _mlp_intermediates(model, rows, w, split=width_split, v=v, mlp_kernel=mlp_kernel,
                                   who="routed experts")
     out.append(Saved("MLP", "expert outputs, input to the weighted combine (k × h per token)",
-                     Bytes(v * copies * h)))
+                     Bytes(v * rows * h)))
     if hf:
         if fam.router != "topk-softmax":
             out.append(Saved("MLP", "sum of each token's top-k weights, fp32 (their normalisation)",

@@ -144,9 +144,10 @@ def on_device(allocated: Bytes, *, gpu: str | None, layout: Layout,
                         + ", ".join(f"{g} {r}" for g, r in comms) + ")",
                         NCCL_COMMUNICATOR.times(len(comms))))
         hopper = gpu is not None and accelerator(gpu).key not in ("a100-sxm", "a100-40gb")
-        # ranks sit in Megatron-Core's order (tp innermost, then cp, dp, pp): a group is inside
-        # one node when its ranks times their spacing fit in it
-        stride = {"tp": 1, "cp": layout.tp, "dp": layout.tp, "ep": layout.tp * layout.cp,
+        # ranks sit in Megatron-Core's order (tp innermost, then cp, dp, pp; the experts' folded
+        # grid etp, ep, edp, pp): a group is inside one node when its ranks times their spacing
+        # fit in it
+        stride = {"tp": 1, "cp": layout.tp, "dp": layout.tp, "ep": layout.expert_tp,
                   "pp": layout.tp * layout.cp * layout.dp, "world": 1}
         nvls = sum(1 for name, ranks in comms
                    if ranks > 2 and ranks * stride[name] <= node_gpus)

@@ -76,7 +76,8 @@ def offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
 
 def split_of(layout: Layout, batch: Batch) -> Split:
     """One micro-batch of ``batch`` on one device of ``layout``."""
-    return Split(batch.seq_len, batch.micro_batch, layout.tp, layout.sequence_parallel, layout.cp)
+    return Split(batch.seq_len, batch.micro_batch, layout.tp, layout.sequence_parallel, layout.cp,
+                 layout.ep, layout.etp)
 
 
 def kernels_of(training: Training, value_bytes: int | None = None, autocast: bool | None = None
@@ -88,7 +89,8 @@ def kernels_of(training: Training, value_bytes: int | None = None, autocast: boo
                    family=implementation(training.implementation).family,
                    mlp_kernel=training.mlp_kernel,
                    value_bytes=r.compute if value_bytes is None else value_bytes,
-                   autocast=r.autocast if autocast is None else autocast)
+                   autocast=r.autocast if autocast is None else autocast,
+                   routing=training.routing)
 
 
 def activations(*, shape: ModelShape, layout: Layout, training: Training, batch: Batch,
@@ -196,9 +198,9 @@ def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch
     Pe, ne = d.expert_params, d.expert_zero_group  # routed experts: their own ZeRO group
     Pd = P - Pe
     # the parameter tensors on this device, for Adam's step counters and the largest one
-    # (3-D tensors are a mixture's routed experts, split ep·tp ways)
-    layer_tensors = [Fraction(math.prod(s), (tp * lay.ep if len(s) == 3 else tp) if len(s) > 1 else 1)
-                     for s in shapes.layer]
+    # (3-D tensors are a mixture's routed experts, split ep·etp ways)
+    layer_tensors = [Fraction(math.prod(s), (lay.expert_tp * lay.ep if len(s) == 3 else tp)
+                              if len(s) > 1 else 1) for s in shapes.layer]
     root_first = [Fraction(V * h, tp)] + ([Fraction(shape.positions * h)] if shape.positions else [])
     norms = 2 if shape.norm == "layernorm" else 1
     root_last = [Fraction(h)] * norms + ([Fraction(V * h, tp)] if not shape.tied_embeddings or pp > 1 else [])
@@ -270,9 +272,9 @@ def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bo
                              root_head_grads=head, root_grads=root,
                              root_reduce=root * Fraction(reduce, c))
     parts = param_breakdown(shape)
-    routed = parts.per_layer_routed  # a mixture's experts: ep·tp ways
+    routed = parts.per_layer_routed  # a mixture's experts: ep·etp ways
     dense = Fraction(parts.per_layer - routed, tp)  # a typical (the largest) layer's unit
-    experts = Fraction(routed, lay.ep * tp)
+    experts = Fraction(routed, lay.ep * lay.expert_tp)
     layer = Bytes(c * (dense + experts))
     head = Bytes(c * Fraction(V * h, tp)) if last else Bytes(0)
     grads = Bytes(r.gradients * (dense / n + experts / lay.expert_zero_group))

@@ -15,6 +15,7 @@ from .kernels import (ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_K
                       attention_problems, implementation)
 from .recipes import Recipe, optimizer, optimizer_impl, recipe
 from .sharding import OFFLOAD_ALIASES, OFFLOADS, check_stage
+from ..model.moe import Routing
 from ..model.presets import CUSTOM_DEFAULTS, trained_with
 from ..model.shape import ModelShape
 from ..problems import Problem, check
@@ -52,6 +53,9 @@ class Training:
     #: model states moved to host (CPU) memory: one of :data:`trainmath.memory.sharding.OFFLOADS`
     #: ("none", "optimizer": ZeRO-Offload, "parameters": ZeRO-Infinity / FSDP2 CPUOffloadPolicy)
     offload: str = "none"
+    #: a mixture of experts' routing: capacity factor, padding, and the expert load counted
+    #: (:class:`trainmath.model.moe.Routing`; the default is dropless and balanced)
+    routing: Routing = Routing()
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
@@ -73,6 +77,8 @@ class Training:
         check(problems)
         if self.optimizer_impl is not None:
             optimizer_impl(self.optimizer_impl)
+        if not isinstance(self.routing, Routing):
+            raise ValueError(f"routing must be a trainmath.model.moe.Routing, got {self.routing!r}")
 
     @property
     def resolved(self) -> bool:

@@ -19,7 +19,12 @@ and p for pp.
 - **data parallel** (``dp``), with ZeRO over the **dp · cp** ranks that hold the same weights
   (Megatron-Core's ``intra_dp_cp_group``).
 - **expert parallel** (``ep``, a mixture of experts only; Lepikhin et al. 2021, *GShard*;
-  Megatron-Core MoE): routed experts split ep ways inside the data-parallel group.
+  Megatron-Core MoE): routed experts split ep ways, each expert split ``etp`` ways (expert
+  tensor parallelism, tp unless given), on a grid of their own, etp × ep × edp × pp, folded
+  over the dense one (Megatron-Core's *MoE parallel folding*, ``initialize_model_parallel`` in
+  ``megatron/core/parallel_state.py``): the GPUs must divide by etp·ep·pp as they divide by
+  tp·cp·pp, so ep·etp divides dp·cp·tp, not necessarily dp; the expert data-parallel size
+  edp = dp·cp·tp/(etp·ep) is what the experts' ZeRO states are sharded over.
 
 :func:`layout_problems` lists every rule a layout breaks for a model (each a
 :class:`~trainmath.problems.Problem` naming its fields); :func:`validate` raises them at once;
@@ -75,12 +80,15 @@ class Layout:
     cp: int = 1
     v: int = 1
     sequence_parallel: bool = False
-    #: expert-parallel size: a mixture of experts' routed experts split over ep of the dp
-    #: data-parallel ranks (it adds no GPUs), which ep must divide
+    #: expert-parallel size: a mixture of experts' routed experts split over ep GPUs of the
+    #: dp·cp·tp that share a pipeline stage (it adds no GPUs; :func:`expert_problems`)
     ep: int = 1
     #: layers of each model chunk in schedule order, pp·v entries (chunk c on pipeline device
     #: c mod pp); empty: :func:`stage_split`'s default
     stages: tuple = ()
+    #: expert-tensor-parallel size: each routed expert split etp ways (Megatron-Core's
+    #: ``--expert-tensor-parallel-size``); None: tp, as Megatron-Core defaults it
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         for name, what in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
@@ -88,16 +96,15 @@ class Layout:
                            ("v", "model chunks per pipeline device"),
                            ("ep", "expert-parallel size")):
             object.__setattr__(self, name, positive_int(f"{name} ({what})", getattr(self, name)))
+        if self.etp is not None:
+            object.__setattr__(self, "etp", positive_int("etp (expert-tensor-parallel size)",
+                                                         self.etp))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
         stages = tuple(self.stages)
         object.__setattr__(self, "stages", tuple(_layer_count(n) for n in stages))
         if stages and len(stages) != self.pp * self.v:
             raise ValueError(f"stages lists {len(stages)} chunks; accepted: pp × v = "
                              f"{self.pp} × {self.v} = {self.pp * self.v} layer counts")
-        if self.dp % self.ep:
-            raise ValueError(f"ep (expert-parallel size) {self.ep} does not divide dp "
-                             f"{self.dp}: expert parallelism runs inside the data-parallel group "
-                             f"(Megatron-Core); accepted: a divisor of {self.dp}")
 
     def chunk_layers(self, layers: int) -> tuple[int, ...]:
         """Layers of each of the pp·v model chunks: :attr:`stages`, or :func:`stage_split`'s."""
@@ -125,9 +132,16 @@ class Layout:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """The expert-tensor-parallel size: :attr:`etp`, or tp when not given."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_zero_group(self) -> int:
-        """Ranks that hold the same experts and shard their states: dp · cp / ep."""
-        return self.dp * self.cp // self.ep
+        """The expert data-parallel size edp: ranks that hold the same experts and shard their
+        states, dp·cp·tp / (etp·ep) (Megatron-Core's ``expert_data_parallel_size`` = world /
+        (etp·ep·pp)); valid once :func:`fold_problems` finds nothing."""
+        return self.dp * self.cp * self.tp // (self.expert_tp * self.ep)
 
     def describe(self) -> str:
         """``"dp 16 × tp 8 × pp 4 × cp 1 = 512 GPUs"`` (plus SP and interleaving when on)."""
@@ -137,8 +151,10 @@ class Layout:
             text += ", sequence parallel"
         if self.v > 1:
             text += f", {self.v} chunks per pipeline device"
-        if self.ep > 1:
-            text += f", experts split ep {self.ep} ways within dp"
+        if self.ep > 1 or self.expert_tp != self.tp:
+            text += f", experts ep {self.ep} × etp {self.expert_tp}"
+            if not fold_problems(self):
+                text += f" × edp {self.expert_zero_group}"
         if self.stages:
             text += ", stages of " + describe_stages(self.stages) + " layers"
         return text
@@ -210,6 +226,7 @@ def parse_stages(text: str) -> tuple[int, ...]:
 def layout(
     dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1,
     sequence_parallel: bool = False, ep: int = 1, stages: tuple[int, ...] = (),
+    etp: int | None = None,
 ) -> Layout:
     """A :class:`Layout` with every degree checked to be a positive whole number.
 
@@ -217,7 +234,7 @@ def layout(
     512
     """
     return Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
-                  stages=stages)
+                  stages=stages, etp=etp)
 
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
@@ -279,21 +296,44 @@ def pipeline_split_problems(model: ModelShape, pp: int, v: int = 1,
     return problems
 
 
+def fold_problems(lay: Layout) -> list[Problem]:
+    """The experts' grid etp × ep × edp × pp must fill the GPUs as the dense one tp × cp × dp ×
+    pp does: Megatron-Core's ``initialize_model_parallel`` raises unless the world size divides
+    by etp·ep·pp (``megatron/core/parallel_state.py``, core_v0.15.0), so etp·ep must divide
+    dp·cp·tp. ep need not divide dp: it folds over dp and cp (and tp, when etp is smaller)."""
+    group, ranks = lay.expert_tp * lay.ep, lay.dp * lay.cp * lay.tp
+    if ranks % group:
+        fields = ("ep",) if lay.etp is None else ("ep", "etp")
+        return [Problem((*fields, "dp", "cp", "tp"), f"etp × ep = {lay.expert_tp} × {lay.ep} = "
+                        f"{group} does not divide the dp × cp × tp = {lay.dp} × {lay.cp} × "
+                        f"{lay.tp} = {ranks} GPUs of a pipeline stage (Megatron-Core folds the "
+                        "experts' etp × ep × edp grid over them); accepted: etp × ep a divisor "
+                        f"of {ranks}")]
+    return []
+
+
 def expert_problems(model: ModelShape, lay: Layout) -> list[Problem]:
-    """What expert parallelism cannot split: ep with a dense model, experts that ep does not
-    divide, an expert width that tp does not divide (Megatron-Core MoE)."""
+    """What expert parallelism cannot split: ep or etp with a dense model, experts that ep does
+    not divide, an expert width that etp does not divide, and an experts' grid that does not
+    fold over the GPUs (:func:`fold_problems`; Megatron-Core MoE)."""
     problems = []
-    if lay.ep > 1 and not model.moe:
-        problems.append(Problem(("ep",), f"ep {lay.ep} needs a mixture of experts, and "
-                                f"{model.name} is dense (accepted: ep 1)"))
-    elif model.moe:
-        if model.experts % lay.ep:
-            problems.append(Problem(("experts", "ep"),
-                                    f"experts {model.experts} is not divisible by ep {lay.ep}"))
-        if model.expert_width % lay.tp:
-            problems.append(Problem(("expert_ffn", "tp"), f"expert ffn {model.expert_width} is "
-                                    f"not divisible by tp {lay.tp}"))
-    return problems
+    if not model.moe:
+        if lay.ep > 1:
+            problems.append(Problem(("ep",), f"ep {lay.ep} needs a mixture of experts, and "
+                                    f"{model.name} is dense (accepted: ep 1)"))
+        if lay.expert_tp != lay.tp:
+            problems.append(Problem(("etp",), f"etp {lay.etp} needs a mixture of experts, and "
+                                    f"{model.name} is dense (accepted: no etp)"))
+        return problems
+    if model.experts % lay.ep:
+        problems.append(Problem(("experts", "ep"),
+                                f"experts {model.experts} is not divisible by ep {lay.ep}"))
+    etp = lay.expert_tp
+    if model.expert_width % etp:
+        name = "tp" if lay.etp is None else "etp"
+        problems.append(Problem(("expert_ffn", name), f"expert ffn {model.expert_width} is "
+                                f"not divisible by {name} {etp}"))
+    return problems + fold_problems(lay)
 
 
 def batch_problems(global_batch: int, dp: int, micro_batch: int) -> list[Problem]:

@@ -4,7 +4,9 @@ Per layer, the norms and the row-parallel biases are replicated and everything e
 by tp (Shoeybi et al. 2019, §3); stages hold L/pp layers (or the layout's split,
 :meth:`~trainmath.parallel.layout.Layout.device_layers`), the first also the embedding, the last
 the final norm and LM head (Narayanan et al. 2021, §2.2); a mixture's routed experts are split
-ep·tp ways. Counts, not bytes: :mod:`trainmath.memory.stages` turns them into memory and
+ep·etp ways (etp, the expert-tensor-parallel size, is tp unless the layout gives it), its
+shared experts tp ways like a dense MLP (Megatron-Core's ``SharedExpertMLP`` runs in the
+tensor-parallel region of the attention). Counts, not bytes: :mod:`trainmath.memory.stages` turns them into memory and
 :mod:`trainmath.time.communication` into traffic.
 
 >>> from trainmath.model.presets import preset
@@ -42,8 +44,8 @@ class StageParams:
     embedding: int
     lm_head: int
     final_norm: int
-    #: routed experts' parameters on this device (all layers of the stage), split ep·tp ways;
-    #: ZeRO shards their states over the expert data-parallel group, dp·cp/ep
+    #: routed experts' parameters on this device (all layers of the stage), split ep·etp ways;
+    #: ZeRO shards their states over the expert data-parallel group, edp = dp·cp·tp/(etp·ep)
     expert: int = 0
 
     @property
@@ -78,7 +80,7 @@ def layer_split(model: ModelShape, moe: bool) -> tuple[int, int, int]:
     projection's; a dense MLP's down projection's, or each shared expert's), a mixture's router,
     and latent attention's down-projections and their norms, which Megatron-Core's MLA keeps
     whole on every rank (``linear_q_down_proj``, ``linear_kv_down_proj``: not tensor-parallel).
-    Routed experts are split ep·tp ways (:func:`stage_params`); everything else tp ways.
+    Routed experts are split ep·etp ways (:func:`stage_params`); everything else tp ways.
     """
     parts = param_breakdown(model)
     h, E = model.hidden, model.experts
@@ -146,7 +148,7 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
                 embedding=embedding,
                 lm_head=lm_head,
                 final_norm=final_norm,
-                expert=routed // (lay.ep * tp),
+                expert=routed // (lay.ep * lay.expert_tp),
             )
         )
     return tuple(stages)

@@ -54,8 +54,9 @@ class Candidate:
         """``"dp 16 × tp 8 × pp 4 × cp 1, v 5, ZeRO-1, recompute none, b 1"``."""
         lay = self.layout
         text = f"dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}"
-        if lay.ep > 1:
-            text += f" (ep {lay.ep})"
+        if lay.ep > 1 or lay.expert_tp != lay.tp:
+            text += f" (ep {lay.ep}" + (f", etp {lay.expert_tp})" if lay.expert_tp != lay.tp
+                                        else ")")
         if self.zero_stage is None:
             return text
         if lay.v > 1:
@@ -107,6 +108,11 @@ class Plan:
     def kernel_used(self) -> str:
         """The attention kernel the times use."""
         return attention_kernel(self.training.implementation, self.gpu, self.kernel)
+
+    @property
+    def expert_load(self) -> str:
+        """The expert load fitting was judged at (:data:`trainmath.model.moe.EXPERT_LOADS`)."""
+        return self.training.routing.load
 
     @property
     def best(self) -> Candidate:

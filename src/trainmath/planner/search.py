@@ -2,7 +2,8 @@
 
 The reverse of :func:`trainmath.runs.estimates.estimate`: given a model, a GPU kind and count,
 a sequence length and a global batch, :func:`plan` enumerates the layouts dp × tp × pp × cp
-(the *grid*) with every expert-parallel degree a mixture allows, and for each grid the
+(the *grid*) with every expert split a mixture allows (ep folded over dp·cp·tp as Megatron-Core
+folds it, etp = tp or 1: :func:`expert_candidates`), and for each grid the
 *settings*: ZeRO stage (or FSDP, the ``fsdp2`` recipe), recomputation, micro-batch size b and
 interleaving v. A grid that breaks a rule of :func:`trainmath.parallel.layout.layout_problems`
 or of the run (:mod:`trainmath.runs.rules`) is dropped with that rule's words. The valid ones
@@ -40,6 +41,7 @@ from ..memory.recipes import peak_precision, peak_precision_problems, recipe as 
 from ..memory.device import on_device
 from ..memory.kernels import RECOMPUTE_KINDS, context_parallel_problems, kernel_problems
 from ..memory.training import Training
+from ..model.moe import Routing, routing_problems
 from ..model.presets import preset
 from ..model.shape import ModelShape
 from ..parallel.layout import (Batch, Layout, batch_problems, expert_problems,
@@ -56,19 +58,28 @@ from ..units import Bytes, choice, positive_int
 from .candidates import Candidate, Plan
 
 
-def ep_candidates(model: ModelShape, dp: int) -> tuple[int, ...]:
-    """Expert-parallel degrees to try with ``dp`` data-parallel ranks: (1,) for a dense model;
-    for a mixture of experts every common divisor of dp and the expert count (expert
-    parallelism runs inside the data-parallel group and adds no GPUs, as in Megatron-Core:
-    :class:`trainmath.parallel.layout.Layout`).
+def expert_candidates(model: ModelShape, dp: int, tp: int = 1, cp: int = 1
+                      ) -> tuple[tuple[int, int | None], ...]:
+    """The expert splits (ep, etp) to try on a grid of dp · tp · cp GPUs per pipeline stage:
+    ((1, None),) for a dense model; for a mixture of experts, with etp None (= tp, Megatron-Core's
+    default) and, when tp > 1, etp 1 (tensor parallelism for attention, none for the experts:
+    the MoE README's advice under parallel folding), every ep that divides the experts and
+    dp·cp·tp/etp (:func:`trainmath.parallel.layout.fold_problems`). ep adds no GPUs.
 
     >>> from trainmath.model.presets import preset
-    >>> ep_candidates(preset("mixtral-8x7b"), 16), ep_candidates(preset("llama-3-8b"), 16)
-    ((1, 2, 4, 8), (1,))
+    >>> expert_candidates(preset("mixtral-8x7b"), 4, cp=2)
+    ((1, None), (2, None), (4, None), (8, None))
+    >>> expert_candidates(preset("llama-3-8b"), 16)
+    ((1, None),)
     """
-    if model.experts <= 1:
-        return (1,)
-    return tuple(d for d in _divisors(dp) if model.experts % d == 0)
+    if not model.moe:
+        return ((1, None),)
+    out = []
+    for etp in (None, 1) if tp > 1 else (None,):
+        ranks = dp * cp * tp // (tp if etp is None else etp)
+        out += [(ep, etp) for ep in _divisors(ranks) if model.experts % ep == 0
+                and model.expert_width % (tp if etp is None else etp) == 0]
+    return tuple(out)
 
 
 def _divisors(n: int) -> list[int]:
@@ -134,7 +145,7 @@ class Search:
                          micro_batch=micro_batch, zero_stage=zero_stage, recompute=recompute,
                          recipe=self.training.recipe, implementation=self.training.implementation,
                          fabric=self.fabric, overlap=self.overlap, kernel=self.kernel,
-                         sustained=self.sustained)
+                         sustained=self.sustained, routing=self.training.routing)
 
 
 def _span_problems(s: Search, lay: Layout) -> list[Problem]:
@@ -199,7 +210,7 @@ def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], 
 
 def _parse_layout(text: str) -> dict[str, int]:
     """``"dp=16,tp=8,pp=4"`` (also v, zero, recompute, b) as a dict of the given keys."""
-    allowed = ("dp", "tp", "pp", "cp", "ep", "v", "zero", "b", "recompute", "stages")
+    allowed = ("dp", "tp", "pp", "cp", "ep", "etp", "v", "zero", "b", "recompute", "stages")
     out: dict = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = part.partition("=")
@@ -242,6 +253,9 @@ def plan(
     layout: str | dict | None = None,
     zero_stages: tuple[int, ...] | None = None,
     recomputes: tuple[str, ...] | None = None,
+    capacity_factor: float | None = None,
+    pad_to_capacity: bool = False,
+    expert_load: str = "balanced",
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
@@ -252,7 +266,10 @@ def plan(
     kernel) and ``sustained`` (the share of the benchmarks' tensor-core rates), default to the
     implementation's kernel and :func:`trainmath.time.calibration.sustained`. tp and tp × cp stay
     within a node unless ``tp_across_nodes`` / ``cp_across_nodes``. ``zero_stages`` and
-    ``recomputes`` restrict the settings searched. ``layout`` ("dp=16,tp=8,pp=4", optionally
+    ``recomputes`` restrict the settings searched. A mixture's ``capacity_factor``,
+    ``pad_to_capacity`` and ``expert_load`` (:class:`trainmath.model.moe.Routing`) set what its
+    experts' rows are timed and judged for: fitting is judged at the expert load given
+    (balanced unless it says otherwise), and the plan says which. ``layout`` ("dp=16,tp=8,pp=4", optionally
     with v, zero, recompute, b and stages=7/8*14/7) is scored and placed in the ranking as
     :attr:`~trainmath.planner.candidates.Plan.user`. A ValueError says what would work when
     nothing does.
@@ -268,7 +285,9 @@ def plan(
                  max_interleave=max_interleave,
                  layout=tuple(layout.items()) if isinstance(layout, dict) else layout,
                  zero_stages=None if zero_stages is None else tuple(zero_stages),
-                 recomputes=None if recomputes is None else tuple(recomputes))
+                 recomputes=None if recomputes is None else tuple(recomputes),
+                 capacity_factor=capacity_factor, pad_to_capacity=pad_to_capacity,
+                 expert_load=expert_load)
     key = tuple(asked.items())
     try:
         hash(key)
@@ -284,8 +303,9 @@ def _memo(key: tuple) -> Plan:
 
 def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation,
             optimizer, gpu_memory, nvlink, network, overlap, kernel, sustained, tp_across_nodes,
-            cp_across_nodes, max_interleave, zero_stages=None,
-            recomputes=None) -> tuple[Search, tuple[str, ...]]:
+            cp_across_nodes, max_interleave, zero_stages=None, recomputes=None,
+            capacity_factor=None, pad_to_capacity=False,
+            expert_load="balanced") -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -305,8 +325,10 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     check(positions_problems(model, s))
     device = Gpu(gpu_memory, key)
     # the training setup, resolved once (the Run fills what is None from the model's defaults)
-    probe = Run(model, Training(recipe=recipe, implementation=implementation, optimizer=optimizer),
-                gpu=device)
+    routing = Routing(capacity_factor, pad_to_capacity, expert_load)
+    check(routing_problems(model, routing))
+    probe = Run(model, Training(recipe=recipe, implementation=implementation, optimizer=optimizer,
+                                routing=routing), gpu=device)
     t0 = probe.training
     r = _recipe(t0.recipe)
     check(peak_precision_problems(r) or accelerator(key).peak_problems(peak_precision(r)))
@@ -328,9 +350,10 @@ def _plan(*, layout, **asked) -> Plan:
     winners: list[Candidate] = []
     bounds = dict(tp_max=None if s.tp_across_nodes else s.node_gpus,
                   tp_cp_max=None if s.cp_across_nodes else s.node_gpus, pp_max=s.model.layers)
-    grids = [(g, ep) for g in _grids(s.gpus, **bounds) for ep in ep_candidates(s.model, g[0])]
-    for (dp, tp, pp, cp), ep in grids:
-        lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, sequence_parallel=tp > 1, ep=ep)
+    grids = [(g, e) for g in _grids(s.gpus, **bounds)
+             for e in expert_candidates(s.model, g[0], g[1], g[3])]
+    for (dp, tp, pp, cp), (ep, etp) in grids:
+        lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, sequence_parallel=tp > 1, ep=ep, etp=etp)
         problems = _grid_problems(s, lay)
         if problems:
             candidates.append(_dropped(lay, "invalid: " + describe(problems)))
@@ -466,7 +489,7 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
     dp, tp = wanted.get("dp", 1), wanted.get("tp", 1)
     pp, cp = wanted.get("pp", 1), wanted.get("cp", 1)
     lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=wanted.get("v", 1), sequence_parallel=tp > 1,
-                 ep=wanted.get("ep", 1), stages=wanted.get("stages", ()))
+                 ep=wanted.get("ep", 1), stages=wanted.get("stages", ()), etp=wanted.get("etp"))
     if lay.gpus != s.gpus:
         raise ValueError(f"layout {lay.describe()} does not use the {s.gpus} GPUs planned for; "
                          f"accepted: dp × tp × pp × cp = {s.gpus}")
@@ -478,7 +501,8 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
     given = [k for k in ("v", "zero", "recompute", "b", "stages") if k in wanted]
     if not given:
         for c in ranking:
-            if c.grid == (dp, tp, pp, cp) and ("ep" not in wanted or c.layout.ep == lay.ep):
+            if c.grid == (dp, tp, pp, cp) and ("ep" not in wanted or c.layout.ep == lay.ep) \
+                    and ("etp" not in wanted or c.layout.expert_tp == lay.expert_tp):
                 return replace(c, reason=f"your layout: rank {c.rank} of {len(ranking)}")
     zs = [wanted["zero"]] if "zero" in wanted else list(_recipe(s.training.recipe).stages)
     rcs = [wanted["recompute"]] if "recompute" in wanted else [

@@ -10,7 +10,9 @@ import json
 import math
 from dataclasses import fields
 
+from ..model.moe import MEASURED_BAND, PUBLISHED_MAX_LOADS
 from ..model.shape import param_breakdown
+from .facts import load_words
 from ..planner.candidates import Candidate, Plan
 from ..runs.estimates import Estimate
 from ..time.calibration import accuracy
@@ -63,6 +65,7 @@ def estimate_dict(e: Estimate) -> dict:
             "tokens_per_second": _sig(time.tokens_per_second), "mfu": _sig(time.mfu),
             "mfu_from": time.mfu_from},
         "finetune": _finetune_dict(e),
+        "experts": _experts_dict(e),
         "inputs": {
             "model": None if shape is None else shape.name,
             "shape": None if shape is None else {
@@ -71,6 +74,8 @@ def estimate_dict(e: Estimate) -> dict:
             "recipe": t.recipe, "optimizer": t.optimizer, "optimizer_impl": t.optimizer_impl,
             "zero": t.zero_stage,
             "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
+            "etp": lay.etp, "capacity_factor": _factor(t.routing.capacity_factor),
+            "pad_to_capacity": t.routing.pad, "expert_load": t.routing.load,
             "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
             "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
             "interleave": lay.v, "recompute": t.recompute,
@@ -141,6 +146,42 @@ def _step_dict(p) -> dict:
             "network_bytes_per_s": f.network, "model_accuracy": accuracy()}
 
 
+def _factor(c) -> float | None:
+    return None if c is None else float(c)
+
+
+def _experts_dict(e: Estimate) -> dict | None:
+    """A mixture's experts on the fullest device: the folded split, the all-to-all group, the
+    routing, rows, peak and process memory under each expert load, the published band and the
+    drops (None for a dense model or without a sequence)."""
+    x = e.experts
+    if x is None:
+        return None
+    lay, d, routing = e.run.layout, x.dispatch, e.training.routing
+    low, high = MEASURED_BAND
+    dropped = x.dropped_at_most
+    return {
+        "ep": lay.ep, "etp": lay.expert_tp, "edp": lay.expert_zero_group,
+        "local_experts": d.local_experts, "expert_params_on_device": x.params,
+        "all_to_all": {"ranks": x.all_to_all[0], "ranks_per_node": x.all_to_all[1]},
+        "router_tokens": float(d.router_tokens) if d.router_tokens.denominator != 1
+        else int(d.router_tokens),
+        "dropless": routing.dropless, "capacity_factor": _factor(routing.capacity_factor),
+        "capacity": d.capacity, "padded": routing.pad, "counted": x.counted,
+        "loads": {x_.load: {"rows_per_layer": math.ceil(x_.rows), "peak_bytes": _whole(x_.peak),
+                            "process_bytes": _whole(x_.process), "fits": x_.fits,
+                            "what": load_words(x_.load, routing)} for x_ in x.loads},
+        "measured_band": {"low": float(low), "high": float(high),
+                          "runs": [{"max_over_mean": float(m.ratio), "run": m.what,
+                                    "when": m.when, "source": m.source}
+                                   for m in PUBLISHED_MAX_LOADS]},
+        "early_training": {"published_max_over_mean": None, "bounded_by": "worst"},
+        "dropped_at_most": {"share": float(d.dropped_share),
+                            "token_copies_per_step": None if dropped is None else int(dropped),
+                            "token_copies_routed_per_step": x.step_copies},
+    }
+
+
 def _finetune_dict(e: Estimate) -> dict | None:
     st = e.adapter_states
     if st is None:
@@ -159,7 +200,8 @@ def candidate_dict(c: Candidate) -> dict:
     """``c`` as the JSON of ``trainmath plan --json`` lists it."""
     lay, t = c.layout, c.time
     return {
-        "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "v": lay.v,
+        "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
+        "etp": lay.expert_tp, "v": lay.v,
         "sequence_parallel": lay.sequence_parallel, "zero": c.zero_stage,
         "recompute": c.recompute, "micro_batch": c.micro_batch,
         "status": c.status, "reason": c.reason, "rank": c.rank,
@@ -183,6 +225,9 @@ def plan_dict(p: Plan) -> dict:
             "global_batch": p.global_batch, "recipe": p.training.recipe,
             "implementation": p.training.implementation,
             "optimizer": p.training.optimizer,
+            "capacity_factor": _factor(p.training.routing.capacity_factor),
+            "pad_to_capacity": p.training.routing.pad,
+            "expert_load": p.training.routing.load,
             "usable_memory_bytes": math.ceil(p.memory.n),
             "sustained": p.share, "attention_kernel": p.kernel_used,
             "nvlink_bytes_per_s": p.fabric.nvlink, "network_bytes_per_s": p.fabric.network,

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ..hardware import gpu as accelerator
+from ..model.moe import MEASURED_BAND, MEASURED_MAX_LOAD, PUBLISHED_MAX_LOADS, Routing
 from ..model.presets import preset_like
 from ..runs.estimates import Estimate
 from ..units import Bytes
@@ -74,6 +75,50 @@ def fit(est: Estimate) -> Fit | None:
     at = ("the process's memory, as nvidia-smi shows it"
           + (", with the overhead" if est.overhead.n else ""))
     return Fit(bool(est.fits), capacity, needed, where, at)
+
+
+def load_words(load: str, routing: Routing) -> str:
+    """What an expert load means, in the words every output uses: ``"balanced: every expert
+    its share"``, ``"measured: …"``, ``"worst: …"``."""
+    if routing.pad:
+        return "padded: every expert exactly at its capacity, whatever the router does"
+    if load == "balanced":
+        return "every expert its share"
+    if load == "measured":
+        return (f"{float(MEASURED_MAX_LOAD):g}× the share, the most loaded expert's in published "
+                "training runs" + ("" if routing.dropless else ", at most the capacity"))
+    if routing.dropless:
+        return "every token copy of the ep group that can reach this device's experts"
+    return "this device's experts full to their capacity"
+
+
+def routing_name(routing: Routing) -> str:
+    """``"dropless"``, or ``"capacity factor 1.25"`` (``", padded"`` when it pads)."""
+    if routing.dropless:
+        return "dropless"
+    return (f"capacity factor {float(routing.capacity_factor):g}"
+            + (", padded" if routing.pad else ""))
+
+
+def routing_words(routing: Routing, capacity: int | None, router_tokens) -> str:
+    """How the experts take their tokens: ``"dropless (Megatron-Core's default)"``, or the
+    capacity factor, the capacity it gives and whether it pads."""
+    if routing.dropless:
+        return "dropless (Megatron-Core's default): every token copy reaches its expert"
+    return (f"{routing_name(routing)}: at most {capacity:,} token copies per expert from each "
+            f"router's {int(router_tokens):,} tokens (Megatron-Core's get_capacity), the rest "
+            "dropped")
+
+
+def band_words() -> str:
+    """The published band of the most loaded expert's share, with what it was measured on, and
+    the early-training figure no one published."""
+    low, high = MEASURED_BAND
+    runs = ", ".join(f"{float(m.ratio):g}× {m.what.split(', ')[-1]}" for m in PUBLISHED_MAX_LOADS)
+    return (f"measured: the most loaded expert takes {float(low):g}× to {float(high):g}× the "
+            f"mean load over a validation set after training (Wang et al. 2024: {runs}); no "
+            "published figure was found for the first steps, when Megatron-Core warns a dropless "
+            "run can run out of memory: the worst case bounds them")
 
 
 def assumed(est: Estimate) -> str | None:

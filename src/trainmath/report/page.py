@@ -197,10 +197,8 @@ def summarize_plan(p: Plan) -> str:
     """One line of a plan: the fastest layout that fits, its step time and MFU, in the words
     ``"Fastest of N that fit (M considered): dp … × cp …, ZeRO-z, T s a step, MFU x%"``."""
     best = p.best
-    lay = best.layout
-    ep = f" (ep {lay.ep})" if lay.ep > 1 else ""
     return (f"Fastest of {len(p.ranking)} that fit ({len(p.candidates)} considered): "
-            f"dp {lay.dp} × tp {lay.tp} × pp {lay.pp} × cp {lay.cp}{ep}, "
+            f"{best.describe().split(', ZeRO')[0]}, "
             f"ZeRO-{best.zero_stage}, {best.time.total:.2f} s a step, MFU {best.mfu:.1%}")
 
 

@@ -16,7 +16,7 @@ from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
-from .facts import assumed, fit
+from .facts import assumed, band_words, fit, load_words, routing_name, routing_words
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -97,6 +97,7 @@ def render(est: Estimate) -> str:
     verdict = fit(est)
     if verdict is not None:
         lines.append(f"fits in {verdict.where}: {verdict.verdict}")
+    lines.extend(_expert_lines(est))
     lines.extend(_host_lines(est))
     lines.extend(_step_lines(est))
     lines.extend(_time_lines(est))
@@ -130,6 +131,50 @@ def _gathered_lines(est: Estimate, row) -> list[str]:
                  f"{1 + g.prefetch} layer units unsharded"
                  + (f", and {root}" if g.root.n else ""))
     return lines
+
+
+def _expert_lines(est: Estimate) -> list[str]:
+    """A mixture's experts: their folded split and all-to-all group, the routing, the fullest
+    device under each expert load (the one counted marked), the published band, the drops."""
+    x = est.experts
+    if x is None:
+        return []
+    lay, routing, d = est.run.layout, est.training.routing, x.dispatch
+    ranks, per_node = x.all_to_all
+    lines = [f"experts: ep {lay.ep} × etp {lay.expert_tp} × edp {lay.expert_zero_group} over the "
+             f"dp × cp × tp = {lay.dp * lay.cp * lay.tp} GPUs of a stage (Megatron-Core's parallel "
+             f"folding); {d.local_experts} of {d.experts} experts and {x.params:,} expert "
+             f"parameters per device; all-to-all among {ranks} GPU{'s' if ranks > 1 else ''}, "
+             f"{per_node} in a node",
+             f"  routing: {routing_words(routing, d.capacity, d.router_tokens)}",
+             "  expert load   rows a layer        peak     process  fits"]
+    for load in x.loads:
+        fits = "-" if load.fits is None else ("yes" if load.fits else "no")
+        mark = " (counted, --expert-load)" if load.load == x.counted else ""
+        lines.append(f"  {load.load:<10}{int(math.ceil(load.rows)):>15,} {whole_gb(load.peak):>11} "
+                     f"{whole_gb(load.process):>11}  {fits:>4}  {load_words(load.load, routing)}"
+                     f"{mark}")
+    lines.append(f"  {band_words()}")
+    if est.training.recompute == "full":
+        lines.append("  recompute full: each layer keeps only its input for backward, so the load "
+                     "changes only the tensors of the one layer being recomputed, which the peak "
+                     "does not count")
+    dropped = x.dropped_at_most
+    if routing.dropless:
+        lines.append("  drops: none (dropless)")
+    elif dropped is None:
+        lines.append(f"  drops: at most {float(d.dropped_share):.1%} of the token copies "
+                     "(--global-batch gives a step's count)")
+    else:
+        lines.append(f"  drops: at most {int(dropped):,} of a step's {x.step_copies:,} token "
+                     f"copies ({float(d.dropped_share):.1%}), when a router sends every token to "
+                     "the same experts")
+    return lines
+
+
+def whole_gb(b: Bytes) -> str:
+    """Whole bytes in GB, two decimals."""
+    return Bytes(math.ceil(b.n)).format("GB", 2)
 
 
 def _host_lines(est: Estimate) -> list[str]:
@@ -227,8 +272,9 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
              f"attention; {p.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "
              f"{f.network / 1e9:g} GB/s per GPU each way",
              f"the step-time model: {accuracy()}",
+             *_plan_expert_lines(p),
              f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
-             f" rank  dp   tp  pp  cp{'  ep' if moe else ''}   v  ZeRO  recompute  b    GPU GB  step s   MFU   tokens/s  limited by"]
+             f" rank  dp   tp  pp  cp{'  ep etp' if moe else ''}   v  ZeRO  recompute  b    GPU GB  step s   MFU   tokens/s  limited by"]
     rows = list(p.ranking[:top])
     if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
         rows.append(p.user)
@@ -242,7 +288,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
         limit = "" if c.time is None else c.time.limit
         if c.status != "kept":
             limit = "does not fit"
-        ep = f" {lay.ep:>3}" if moe else ""
+        ep = f" {lay.ep:>3} {lay.expert_tp:>3}" if moe else ""
         lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3}{ep} {lay.v:>3} "
                      f"{c.zero_stage:>5}  {c.recompute:<9} {c.micro_batch:>2} {peak:>9} "
                      f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
@@ -265,6 +311,17 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
     lines.append("  what nvidia-smi would show, the step's peak with the allocator's reserve and what")
     lines.append("  sits outside it, as trainmath estimate counts them (GB = 10^9 bytes)")
     return "\n".join(lines)
+
+
+def _plan_expert_lines(p: Plan) -> list[str]:
+    """For a mixture of experts: the routing and the expert load fitting was judged at."""
+    if not p.model.moe:
+        return []
+    routing = p.training.routing
+    return [f"experts: ep folded over dp × cp × tp (Megatron-Core's parallel folding), etp = tp "
+            f"or 1; {routing_name(routing)}; fits judged at the "
+            f"{p.expert_load} expert load ({load_words(p.expert_load, routing)}; "
+            "--expert-load balanced, measured or worst)"]
 
 
 def plan_reasons(p: Plan, top: int = 10) -> list[str]:

@@ -26,6 +26,7 @@ from fractions import Fraction
 from ..hardware import GPUS, gpu as _accelerator
 from ..memory.finetune import Adapter
 from ..memory.training import Training, offload_problems, resolve
+from ..model.moe import Routing
 from ..model.presets import preset
 from ..model.shape import ModelShape, param_count
 from ..parallel.layout import Batch, Layout
@@ -152,7 +153,7 @@ class Run:
             self.adapter, shape=self.shape, layout=self.layout, training=self.training,
             timed=self.budget is not None)
         if self.shape is None:
-            needs = count_only_problems(self.layout, self.batch)
+            needs = count_only_problems(self.layout, self.batch, self.training.routing)
             if needs and not problems:
                 raise ShapeNeeded(needs)
             problems += needs
@@ -235,6 +236,10 @@ def run(
     ep: int = 1,
     stages: tuple[int, ...] = (),
     timing: Timing | None = None,
+    etp: int | None = None,
+    capacity_factor: float | None = None,
+    pad_to_capacity: bool = False,
+    expert_load: str = "balanced",
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -244,7 +249,10 @@ def run(
     layers over the pipeline (:class:`~trainmath.parallel.layout.Layout`), ``timing`` sets the
     step-time model (:class:`~trainmath.time.step.Timing`). What is left None the Run fills from the model's and the
     recipe's defaults (:class:`~trainmath.memory.training.Training`). ``adapter`` is a
-    :class:`trainmath.memory.finetune.Adapter` (LoRA or QLoRA on the frozen model).
+    :class:`trainmath.memory.finetune.Adapter` (LoRA or QLoRA on the frozen model). A mixture
+    of experts takes ``etp`` (the expert-tensor-parallel size, tp unless given) and its routing,
+    ``capacity_factor``, ``pad_to_capacity`` and the ``expert_load`` counted
+    (:class:`trainmath.model.moe.Routing`).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -262,9 +270,10 @@ def run(
         training=Training(recipe=recipe, optimizer=optimizer, zero_stage=zero_stage,
                           recompute=recompute, implementation=implementation,
                           mlp_kernel=mlp_kernel, attention=attention,
-                          optimizer_impl=optimizer_impl, offload=offload),
+                          optimizer_impl=optimizer_impl, offload=offload,
+                          routing=Routing(capacity_factor, pad_to_capacity, expert_load)),
         layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
-                      stages=stages),
+                      stages=stages, etp=etp),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
         overhead=overhead,

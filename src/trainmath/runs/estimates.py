@@ -22,6 +22,9 @@
   (:attr:`Estimate.needed`);
 - with a shape, a sequence, a global batch and a GPU kind: the step's time by part, tokens per
   second and MFU (:class:`StepPrediction`, :func:`trainmath.time.step.step_time`);
+- for a mixture of experts with a sequence: its experts' split, capacity and rows, and the
+  step's peak under each expert load, balanced, measured and worst (:class:`Experts`), so an
+  estimate says what imbalanced routing can add to the balanced figure;
 - with a :class:`~trainmath.runs.description.Budget` (tokens, and an MFU or the predicted one)
   and a GPU kind: FLOPs per token, time to train and GPU-hours (:class:`TrainingTime`; Kaplan
   et al. 2020, Chowdhery et al. 2022 Appendix B).
@@ -40,7 +43,7 @@ megatron-te 64.5 GB 72.3 GB True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..hardware import Peak, gpu as _accelerator
@@ -57,12 +60,14 @@ from ..memory.step import (activations, adapter_activations, adapter_inputs, cou
                            fsdp2_device, offload_derivations, offloaded, offloaded_inputs,
                            stage_inputs)
 from ..memory.training import Training
+from ..model.moe import EXPERT_LOADS, Dispatch, dispatch
 from ..parallel.layout import _microbatches
+from ..parallel.placement import _stage_params
 from ..parallel.schedules import _bubble
 from ..memory.recipes import peak_precision_problems
 from ..time.flops import flops_per_token, time_to_train
 from ..time.network import Fabric
-from ..time.step import StepTime, Timing, attention_kernel, step_time
+from ..time.step import StepTime, Timing, attention_kernel, groups, step_time
 from .rules import untimed_reason
 from ..units import Bytes
 from .description import Run
@@ -122,6 +127,48 @@ class TrainingTime:
 
 
 @dataclass(frozen=True)
+class ExpertLoad:
+    """The fullest device under one expert load (:data:`trainmath.model.moe.EXPERT_LOADS`): its
+    experts' rows per layer and micro-batch, the step's peak, the process's memory as
+    nvidia-smi would show it (typical) and whether that fits (None without a GPU)."""
+
+    load: str
+    rows: Fraction
+    peak: Bytes
+    process: Bytes
+    fits: bool | None
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A mixture of experts on the fullest device: how its experts are split and take their
+    tokens (:class:`trainmath.model.moe.Dispatch`), the load the estimate's figures count, the
+    same device under every load, and what a capacity can drop."""
+
+    dispatch: Dispatch
+    #: the load the estimate's figures count (the run's ``expert_load``)
+    counted: str
+    loads: tuple[ExpertLoad, ...]
+    #: token copies routed per step (global batch × s × k × layers; None without a global batch)
+    step_copies: int | None
+    #: the all-to-all's group: (ranks, ranks in one node), Megatron-Core's folded rank order
+    all_to_all: tuple[int, int] = (1, 1)
+    #: routed experts' parameters on this device (all its layers)
+    params: int = 0
+
+    def load(self, name: str) -> ExpertLoad:
+        """The :class:`ExpertLoad` named ``name``."""
+        return next(x for x in self.loads if x.load == name)
+
+    @property
+    def dropped_at_most(self) -> Fraction | None:
+        """Token copies a step can drop at most (0 dropless; None without a global batch)."""
+        if self.step_copies is None:
+            return None
+        return self.step_copies * self.dispatch.dropped_share
+
+
+@dataclass(frozen=True)
 class Estimate:
     """Memory on the fullest device of a :class:`~trainmath.runs.description.Run`, and what it depends on.
 
@@ -161,6 +208,8 @@ class Estimate:
     #: activations (when counted), host memory (with offload), the total, the peak, whether it
     #: fits (with a GPU) and the time to train (with a budget), in that order
     derivations: tuple[Derivation, ...] = ()
+    #: a mixture of experts with a sequence: its split, routing and every expert load
+    experts: Experts | None = None
 
     @property
     def training(self) -> Training:
@@ -300,7 +349,35 @@ def estimate(run: Run) -> Estimate:
                     gathered=inputs[top].gathered, host=host, time=time, step=step,
                     on_device=_on_device(run, peaks[top]),
                     derivations=_derivations(run, kinds, before, device, acts, peak=peaks[top],
-                                             peak_stage=top, host=host, time=time, step=step))
+                                             peak_stage=top, host=host, time=time, step=step),
+                    experts=_experts(run, peaks[top]))
+
+
+def _experts(run: Run, peak: StepPeak) -> Experts | None:
+    """A mixture's :class:`Experts`: the fullest device under each expert load, the one the run
+    counts from ``peak`` and the others estimated again with that load."""
+    shape, lay, batch, t = run.shape, run.layout, run.batch, run.training
+    if shape is None or not shape.moe or batch.seq_len is None:
+        return None
+    d = dispatch(shape, tokens=Fraction(batch.seq_len * batch.micro_batch, lay.cp), tp=lay.tp,
+                 ep=lay.ep, etp=lay.etp, routing=t.routing)
+    loads = []
+    for name in EXPERT_LOADS:
+        at = peak if name == t.routing.load else _peak(
+            replace(run, training=replace(t, routing=replace(t.routing, load=name))))
+        process = _on_device(run, at).process.typical
+        fits = None if run.gpu is None else process + run.overhead <= run.gpu.memory
+        loads.append(ExpertLoad(name, d.rows(name), at.bytes, process, fits))
+    copies = (None if batch.global_batch is None else
+              batch.global_batch * batch.seq_len * shape.experts_per_token * shape.layers)
+    node = run.gpus_per_node or run.timing.node_gpus or 8
+    return Experts(dispatch=d, counted=t.routing.load, loads=tuple(loads), step_copies=copies,
+                   all_to_all=groups(lay, node)["ep"], params=_expert_params(run))
+
+
+def _expert_params(run: Run) -> int:
+    """Routed experts' parameters on one device of the stage that holds the most of them."""
+    return max(sp.expert for sp in _stage_params(run.shape, run.layout))
 
 
 def _stages(run: Run, m: int | None, every_stage: bool):
@@ -493,7 +570,8 @@ def _step(run: Run) -> StepPrediction | None:
     st = step_time(shape, run.layout, seq_len=b.seq_len, global_batch=b.global_batch,
                    micro_batch=b.micro_batch, zero_stage=t.zero_stage, recompute=t.recompute,
                    recipe=t.recipe, implementation=t.implementation, fabric=fabric,
-                   overlap=timing.overlap, kernel=timing.kernel, sustained=timing.sustained)
+                   overlap=timing.overlap, kernel=timing.kernel, sustained=timing.sustained,
+                   routing=t.routing)
     peak = _accelerator(run.gpu.kind).peak(peak_precision(r))
     tps = b.global_batch * b.seq_len / st.total
     mfu = tps * flops_per_token(shape, b.seq_len).model / (run.layout.gpus * peak.flops)

@@ -20,6 +20,7 @@ from ..memory.finetune import ADAPTER_RECIPES, Adapter, model_problems
 from ..memory.kernels import context_parallel_problems, kernel_problems
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe
 from ..memory.training import Training
+from ..model.moe import Routing, routing_problems
 from ..model.shape import ModelShape
 from ..parallel.layout import Batch, Layout, layout_problems
 from ..problems import Problem
@@ -101,12 +102,16 @@ def budget_problems(training: Training, gpu_kind: str | None) -> list[Problem]:
     return problems or accelerator(gpu_kind).peak_problems(peak_precision(r))
 
 
-def count_only_problems(lay: Layout, batch: Batch) -> list[Problem]:
-    """A parameter count cannot be split over tp, pp or ep ranks, nor scheduled in a pipeline:
-    one problem naming every part that needs a shape."""
+def count_only_problems(lay: Layout, batch: Batch, routing: Routing = Routing()
+                        ) -> list[Problem]:
+    """A parameter count cannot be split over tp, pp or ep ranks, nor scheduled in a pipeline,
+    nor routed: one problem naming every part that needs a shape."""
     given = {"global_batch": batch.global_batch, "v": lay.v if lay.v > 1 else None,
              "tp": lay.tp if lay.tp > 1 else None, "pp": lay.pp if lay.pp > 1 else None,
-             "ep": lay.ep if lay.ep > 1 else None}
+             "ep": lay.ep if lay.ep > 1 else None, "etp": lay.etp,
+             "capacity_factor": None if routing.capacity_factor is None
+             else f"{float(routing.capacity_factor):g}",
+             "expert_load": None if routing.load == "balanced" else routing.load}
     needs = tuple(name for name, value in given.items() if value is not None)
     if not needs:
         return []
@@ -155,7 +160,7 @@ def run_problems(model: ModelShape, *, layout: Layout, training: Training, batch
                  ) -> list[Problem]:
     """Every rule a resolved run with a model shape must keep, in this order: the layout's
     (with the batch and sequence), the model's positions, context parallelism's kernels, the
-    implementation's kernels, FSDP2's layouts."""
+    implementation's kernels, FSDP2's layouts, a mixture's routing."""
     lay, t = layout, training
     problems = layout_problems(model, lay, seq_len=batch.seq_len, global_batch=batch.global_batch,
                                micro_batch=None if batch.global_batch is None else batch.micro_batch)
@@ -165,4 +170,4 @@ def run_problems(model: ModelShape, *, layout: Layout, training: Training, batch
     problems += kernel_problems(model, t.implementation, tp=lay.tp, cp=lay.cp,
                                 sequence_parallel=lay.sequence_parallel, recompute=t.recompute,
                                 mlp_kernel=t.mlp_kernel)
-    return problems + fsdp2_problems(t.recipe, lay)
+    return problems + fsdp2_problems(t.recipe, lay) + routing_problems(model, t.routing)

@@ -87,10 +87,11 @@ FLASH_CURVES: dict[tuple[str, str], FlashCurve] = {
 }
 
 #: GPU kinds without curves of their own, and the kind whose curves they use, as the same
-#: share of their own peak: an assumption, stated here. H200 has the H100's GH100 compute; the
+#: share of their own peak: an assumption, stated here. H200 and H800 have the H100's GH100 compute; the
 #: A100 40GB the A100's; no B200 figure is published for these kernels (FA2 and FA3 do not
 #: target Blackwell), so its flash attention is taken at the H100's share of peak.
-CURVE_OF: dict[str, str] = {"a100-40gb": "a100-sxm", "h200": "h100-sxm", "b200": "h100-sxm"}
+CURVE_OF: dict[str, str] = {"a100-40gb": "a100-sxm", "h200": "h100-sxm", "h800": "h100-sxm",
+                            "b200": "h100-sxm"}
 
 #: Bytes each s×s score element moves per layer in eager attention, (forward, backward), by
 #: kernel family: "hf" is transformers' ``eager_attention_forward`` (QKᵀ written in 16 bits, the

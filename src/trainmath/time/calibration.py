@@ -22,10 +22,10 @@ from ..hardware import gpu as accelerator
 #: ("lower-TDP", its performance page), a part this library lists under no GPU kind of its own.
 SUSTAINED: dict[str, float] = {"a100": 0.85, "h100": 0.73, "h100-500w": 0.56}
 
-#: GPU kind -> the deployment whose share it uses. H200 (the H100's GH100 compute) and B200 have
-#: no published run in the set: they take the 700 W H100's share, an assumption.
-DEPLOYMENT = {"a100-sxm": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "h200": "h100",
-              "b200": "h100"}
+#: GPU kind -> the deployment whose share it uses. H200 and H800 (the H100's GH100 compute) and
+#: B200 have no published run in the set: they take the 700 W H100's share, an assumption.
+DEPLOYMENT = {"a100-sxm": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "h800": "h100",
+              "h200": "h100", "b200": "h100"}
 
 
 def sustained(gpu: str) -> float:

@@ -10,8 +10,9 @@ The layer's GEMMs, as (m, n, k) of C[m×n] = A[m×k]·B[k×n], forward:
 - QKV projection (T, (q + 2·kv)/tp, h); attention output (T, h, q/tp);
 - MLP: up (T, 2f/tp, h) for SwiGLU's gate and up together, (T, f/tp, h) for GeLU; down
   (T, h, f/tp); a mixture routes each token to k experts, so each GPU's E/ep experts multiply
-  T·k tokens between them (T·k·ep/E rows each), plus the router (T, E, h) and any shared
-  experts;
+  T·k·etp/tp tokens between them (T·k·ep·etp/(tp·E) rows each, balanced; ``rows`` when a
+  capacity or an imbalance says otherwise: :func:`trainmath.model.moe.dispatch`), each expert
+  1/etp of its width, plus the router (T, E, h) and any shared experts;
 - LM head on the last stage (T, V/tp, h).
 
 The backward of each is two GEMMs of the same FLOPs: the input gradient (m, k, n) and the
@@ -104,27 +105,32 @@ def _backward(m: int, n: int, k: int, d: Device) -> float:
 
 @lru_cache(maxsize=4096)
 def layer_work(model: ModelShape, *, tokens: int, batch: int, seq_q: int, seq_kv: int, tp: int,
-               ep: int, sequence_parallel: bool, recompute: str, device: Device) -> LayerWork:
+               ep: int, sequence_parallel: bool, recompute: str, device: Device,
+               etp: int | None = None, rows: int | None = None) -> LayerWork:
     """One layer's :class:`LayerWork` for ``tokens`` = b·s/cp tokens of ``batch`` sequences on
     one GPU, attention over ``seq_q`` queries and ``seq_kv`` keys per sequence (module
-    docstring)."""
+    docstring); a mixture's experts split etp ways (None: tp), each taking ``rows`` token
+    copies (None: its balanced share)."""
     h, T = model.hidden, tokens
     q, kv = model.q_dim // tp, model.kv_dim // tp
     gemms = [_gemm("qkv", T, q + 2 * kv, h, device), _gemm("attention out", T, h, q, device)]
     experts = []
     if model.moe:
-        width = model.expert_width // tp
+        etp = tp if etp is None else etp
+        width = model.expert_width // etp
         up = 2 * width if model.mlp == "swiglu" else width
         local = model.experts // ep
-        rows = max(1, T * model.experts_per_token * ep // model.experts)
+        if rows is None:
+            rows = T * model.experts_per_token * ep * etp // (tp * model.experts)
+        rows = max(1, rows)
         experts = [_gemm("router", T, model.experts, h, device)]
         experts += [_gemm("expert up", rows, up, h, device),
                     _gemm("expert down", rows, h, width, device)] * local
         if model.shared_experts:
-            shared = model.shared_experts * width
+            shared = model.shared_experts * (model.expert_width // tp)
             sup = 2 * shared if model.mlp == "swiglu" else shared
             experts += [_gemm("shared up", T, sup, h, device), _gemm("shared down", T, h, shared, device)]
-        mlp_width = (model.experts_per_token + model.shared_experts) * width
+        mlp_width = (model.experts_per_token + model.shared_experts) * (model.expert_width // tp)
     else:
         f = model.ffn // tp
         up = 2 * f if model.mlp == "swiglu" else f

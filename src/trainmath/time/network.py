@@ -42,14 +42,17 @@ COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send
 #: Measured large-message bus bandwidth of ring collectives on one node, as a share of the
 #: NVLink rate per GPU one way (nccl-tests): 8×A100 231.6 GB/s (Azure ND A100 v4) of 300;
 #: 8×H100 and 8×H200 361–370 (Azure ND H100 v5 / H200 v5 all-gather, reduce-scatter) of 450;
-#: 8×B200 673–678 (ring all-reduce) of 900.
+#: 8×B200 673–678 (ring all-reduce) of 900. The H800 has no published figure: the H100's share
+#: of its own (narrower) NVLink, an assumption; and no NVLS figure, so none is assumed.
 NVLINK_EFFICIENCY: dict[str, float] = {"a100-sxm": 231.6 / 300, "a100-40gb": 231.6 / 300,
                                        "h100-sxm": 365 / 450, "h200": 365 / 450,
+                                       "h800": 365 / 450,
                                        "b200": 675 / 900}
 #: Measured all-to-all bus bandwidth on one node, as a share of NVLink one way: A100 210 of 300,
 #: H100 320 of 450, B200 640 of 900 (NVIDIA GTC 2025 NCCL talk, nccl-tests alltoall_perf).
 ALL_TO_ALL_EFFICIENCY: dict[str, float] = {"a100-sxm": 210 / 300, "a100-40gb": 210 / 300,
                                            "h100-sxm": 320 / 450, "h200": 320 / 450,
+                                           "h800": 320 / 450,
                                            "b200": 640 / 900}
 #: Measured multi-node ring bus bandwidth as a share of the node's NIC total: DGX H100 with
 #: 8×400 Gb/s, 370–380 GB/s of 400 (NVIDIA, NCCL GTC 2025); DGX A100 with 8×200 Gb/s, 192 of 200.

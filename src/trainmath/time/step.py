@@ -42,11 +42,13 @@ optimizer's update (:func:`trainmath.time.memory_bound.optimizer_bytes_per_param
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 from ..hardware import gpu as accelerator
 from ..memory.kernels import implementation as _implementation
 from ..memory.recipes import peak_precision, recipe as _recipe
+from ..model.moe import Routing, dispatch
 from ..model.shape import ModelShape, distinct_kinds, kind_counts, layer_kinds, layer_shape
 from ..parallel.layout import Layout
 from ..parallel.placement import _stage_params
@@ -203,21 +205,30 @@ def attention_kernel(training_implementation: str, gpu: str, kernel: str | None 
     return "cudnn" if impl.family == "megatron" and hopper else "fa2"
 
 
+def groups(lay: Layout, node: int) -> dict[str, tuple[int, int]]:
+    """(ranks, ranks per node) of each parallel group of ``lay`` on nodes of ``node`` GPUs:
+    "tp", "cp", "dp" (with the context ranks) and "ep" (the all-to-all's)."""
+    return _groups(lay, node)
+
+
 def _groups(lay: Layout, node: int) -> dict[str, tuple[int, int]]:
     """(ranks, ranks per node) of each group in Megatron-Core's rank order: tp innermost, then
-    cp, dp, pp; experts inside dp, spaced tp·cp apart."""
+    cp, dp, pp; the experts on their own folded grid, etp innermost, then ep, edp, pp (MoE
+    parallel folding, ``megatron/core/parallel_state.py``), so an ep group's ranks are spaced
+    etp apart."""
     def per_node(ranks: int, stride: int) -> int:
         return max(1, min(ranks, node // stride)) if stride < node else 1
     return {"tp": (lay.tp, min(lay.tp, node)), "cp": (lay.cp, per_node(lay.cp, lay.tp)),
             "dp": (lay.dp * lay.cp, per_node(lay.dp * lay.cp, lay.tp)),
-            "ep": (lay.ep, per_node(lay.ep, lay.tp * lay.cp))}
+            "ep": (lay.ep, per_node(lay.ep, lay.expert_tp))}
 
 
 def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int,
               micro_batch: int, zero_stage: int, recompute: str, recipe: str,
               implementation: str, fabric: Fabric, overlap: Overlap = Overlap(),
               kernel: str | None = None, sustained: float | None = None,
-              precision: str | None = None, compiled: bool = False) -> StepTime:
+              precision: str | None = None, compiled: bool = False,
+              routing: Routing = Routing()) -> StepTime:
     """Predicted seconds per optimizer step of one layout and setting (module docstring).
 
     ``implementation`` decides the attention (eager or flash, and which flash kernel unless
@@ -225,16 +236,19 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
     best-shape efficiency (default: :func:`trainmath.time.calibration.sustained` for the GPU).
     ``precision`` runs the GEMMs in another precision than the recipe's (torchao's Float8
     linears under FSDP2: "fp8"); ``compiled`` fuses as ``torch.compile`` does
-    (:func:`trainmath.time.memory_bound.layer_bytes_per_token`).
+    (:func:`trainmath.time.memory_bound.layer_bytes_per_token`). A mixture's ``routing``
+    (:class:`trainmath.model.moe.Routing`) sets its experts' rows: balanced, padded to a
+    capacity, or the load it counts, on the busiest device, which the all-to-alls wait for;
+    the all-to-all moves that device's rows.
     """
     return _step_time(model, lay, seq_len, global_batch, micro_batch, zero_stage, recompute,
                       recipe, implementation, fabric, overlap, kernel, sustained, precision,
-                      compiled)
+                      compiled, routing)
 
 
 @lru_cache(maxsize=8192)
 def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
-               gemm_precision, compiled):
+               gemm_precision, compiled, routing=Routing()):
     r = _recipe(recipe_name)
     gpu = fabric.gpu
     precision = gemm_precision or peak_precision(r)
@@ -244,9 +258,11 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     m = B // (lay.dp * b)
     T = b * s // lay.cp
     kinds = distinct_kinds(model)
+    rows, a2a_scale = _expert_rows(model, T, lay.tp, lay.ep, lay.etp, routing)
     works = {k: layer_work(layer_shape(model, k), tokens=T, batch=b, seq_q=s // lay.cp,
                            seq_kv=s, tp=lay.tp, ep=lay.ep,
-                           sequence_parallel=lay.sequence_parallel, recompute=rc, device=device)
+                           sequence_parallel=lay.sequence_parallel, recompute=rc, device=device,
+                           etp=lay.etp if k.moe else None, rows=rows if k.moe else None)
              for k in kinds}
     lw = max(works.values(), key=lambda w: w.total)  # the largest layer: tp overlap, FSDP units
     # per kind: (all its work, what recomputation reruns, forward, backward with the rerun)
@@ -291,7 +307,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     # -- expert parallelism: dispatch and combine, forward and backward ------------------------
     ep_layer = 0.0
     if lay.ep > 1:
-        a2a = coll("all_to_all", T * model.experts_per_token * model.hidden * r.compute, "ep")
+        a2a = coll("all_to_all", float(T * model.experts_per_token * model.hidden * r.compute
+                                       * a2a_scale), "ep")
         ep_layer = a2a * (4 + (2 if rc == "full" else 0))
 
     # -- per stage, per micro-batch -------------------------------------------------------------
@@ -310,6 +327,9 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         pp_send = 2 * lay.v * collective_time("send", size, ranks=2,
                                               ranks_per_node=1 if across else 2, gpu=gpu,
                                               fabric=fabric)
+    per_param = optimizer_bytes_per_param(grad_bytes=r.gradients, master=r.master_weights > 0)
+    hbm = HBM_EFFICIENCY * accelerator(gpu).hbm_bandwidth
+    seen: dict[tuple, tuple] = {}  # the middle stages are alike: each distinct one timed once
     for i, sp in enumerate(params):
         L = on_device[i]
         first, last = i == 0, i == lay.pp - 1
@@ -317,6 +337,15 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
             held = {kinds[0]: L + (model.mtp_layers if last else 0)}
         else:
             held = _stage_kinds(model, lay)[i]
+        key = (tuple(held.items()), sp.layer_sharded, sp.layer_replicated, sp.embedding,
+               sp.lm_head, sp.final_norm, sp.expert, first, last)
+        if key in seen:
+            t_i, parts_i, tail_i, opt_i = seen[key]
+            stage_t.append(t_i)
+            stage_parts.append(parts_i)
+            dp_tails.append(tail_i)
+            opt.append(opt_i)
+            continue
         n_layers = sum(held.values())
         work, recomputed_i, moe_layers = None, 0.0, 0
         layer_compute_f = layer_compute_b = 0.0
@@ -353,8 +382,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         sharded = z >= 1 and n_dp > 1
         local = (sp.total - sp.expert) / (n_dp if sharded else 1) + sp.expert / (
             lay.expert_zero_group if sharded else 1)
-        per_param = optimizer_bytes_per_param(grad_bytes=r.gradients, master=r.master_weights > 0)
-        opt.append(local * per_param / (HBM_EFFICIENCY * accelerator(gpu).hbm_bandwidth))
+        opt.append(local * per_param / hbm)
+        seen[key] = (stage_t[-1], stage_parts[-1], dp_tails[-1], opt[-1])
     crit = max(range(lay.pp), key=lambda j: stage_t[j])
     t_max = stage_t[crit]
     pipeline = m * t_max + (sum(stage_t) - t_max) / lay.v
@@ -364,6 +393,19 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
                     recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
                     tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
                     ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+
+
+@lru_cache(maxsize=1024)
+def _expert_rows(model: ModelShape, tokens: int, tp: int, ep: int, etp: int | None,
+                 routing: Routing) -> tuple[int | None, Fraction | None]:
+    """Rows each expert of the busiest device takes for the load ``routing`` counts, and that
+    device's all-to-all volume over the balanced one; (None, None) for a dense model."""
+    if not model.moe:
+        return None, None
+    d = dispatch(model, tokens=tokens, tp=tp, ep=ep, etp=etp, routing=routing)
+    device_rows = d.rows(routing.load)
+    return (int(device_rows * ep // model.experts),
+            device_rows / (d.router_tokens * model.experts_per_token * d.etp))
 
 
 @lru_cache(maxsize=4096)
