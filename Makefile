@@ -83,9 +83,10 @@ $(VENV)/.installed-validate: $(STAMP)
 	touch $@
 
 # Re-measures every configuration in docs/_data/measurements.json (TRAINMATH_FULL=0: a quick
-# subset) and runs the other checks against PyTorch; `$(PY) -m validate.measure` rewrites it.
+# subset) and runs the other checks against PyTorch, on every core; `$(PY) -m validate.measure`
+# rewrites it.
 validate: $(VENV)/.installed-validate
-	$(PY) -m pytest -q -p no:cacheprovider validate
+	$(PY) -m pytest -q -p no:cacheprovider -n auto validate
 
 # The built site in a real browser (tests/browser, pytest + selenium): Debian's chromium and
 # chromium-driver, installed with apt-get when missing (as root; never a downloaded browser), and
