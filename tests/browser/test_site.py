@@ -282,3 +282,23 @@ def test_search(site, base, driver):
 
 def test_pages_found():
     assert site_pages(), f"no pages under {SITE}: build the site first (make docs)"
+
+
+#: Explanatory figures the built site must have at least (issue 27)
+MIN_FIGURES = 40
+
+
+def test_the_site_draws_its_ideas(site):
+    """At least MIN_FIGURES concept diagrams (trainmath.report.diagrams, shown checked), each an
+    inline SVG image with a title that states what it shows and colours from the theme."""
+    figures = {}
+    for page in site_pages(site):
+        html = (site / page).read_text(encoding="utf-8")
+        found = re.findall(r'<figure class="tm-figure tm-explain">(.*?)</figure>', html, re.S)
+        for svg in found:
+            assert 'role="img"' in svg and "<title" in svg, f"{page}: a diagram without alt text"
+            assert "#000" not in svg and "black" not in svg, f"{page}: a colour the dark theme loses"
+        if found:
+            figures[page] = len(found)
+    total = sum(figures.values())
+    assert total >= MIN_FIGURES, f"{total} explanatory figures ({figures}); at least {MIN_FIGURES}"
