@@ -42,7 +42,7 @@ _NUMBER = re.compile(r"(?<![\w.-])[-+]?\d[\d,.]*(?![\w-]*[A-Za-z][\w-]*\d)(?![A-
 
 
 def has_number(text: str) -> bool:
-    """Whether ``text`` states a number (see :data:`_NUMBER`'s comment): names do not count.
+    """Whether ``text`` states a number: names that mix letters and digits do not count.
 
     >>> has_number("ZeRO-3 on 8 GPUs"), has_number("an H100's bf16 peak"), has_number("GPU 3")
     (True, False, True)
