@@ -278,12 +278,12 @@ def total_and_active(model: ModelShape) -> Diagram:
     gap = 4
     bw = (380 - gap * (E - 1)) / E
     for e in range(E):
-        used = e * E // k in range(E) and e in {i * E // k + 1 for i in range(k)}
+        used = e in {i * E // k + 1 for i in range(k)}
         d.box(x0 + e * (bw + gap), 140, bw, 34, "orange" if used else "light gray", f"E{e}",
               size=12)
     d.text(x0, 128, Label(f"a token uses {k}", k, claim=str(k)), anchor="start")
     d.text(400, 128, Label(f"of {E} experts a layer", E, claim=str(E)), anchor="end")
-    d.box(x0, 184, 380, 30, "blue", "attention, norms, router, embeddings: always used",
+    d.box(x0, 184, 380, 30, "light gray", "attention, norms, router, embeddings: always used",
           size=12)
     d.text(210, 230, "memory follows the total; compute the active", size=12)
     return d
