@@ -12,7 +12,7 @@ ranking it explains.
 >>> p = plan("llama-3-8b", gpu="h100-sxm", gpus=8, seq_len=8192, global_batch=64)
 >>> d = step_bars(p.ranking[:2])
 >>> [lab.text for lab in d.numbers][:2]
-['rank 1', '4.38 s']
+['rank 1', '7.26 s']
 """
 
 from __future__ import annotations
