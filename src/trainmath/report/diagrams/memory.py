@@ -34,8 +34,9 @@ FILLS = {**KIND_COLORS, "parameters": KIND_COLORS["weights"], "activations": "gr
          "logits": "purple", "optimizer temporaries": "gray", "step counters": "gray",
          "unsharded gradients": "light blue", "gathered parameters": "light gray",
          "reduce-scatter buffers": "gray"}
-#: The fill of each block of a decoder layer (:meth:`LayerActivations.by_block`)
-BLOCK_FILLS = {"norms": "light gray", "attention": "light blue", "MLP": "green"}
+#: The fill of each block of a decoder layer (:meth:`LayerActivations.by_block`): fills that are
+#: light in the light theme and dark in the dark one, so the tensors' tags read in both
+BLOCK_FILLS = {"norms": "faint", "attention": "light blue", "MLP": "light gray"}
 #: Drawing area: the left and right edge of the bars
 LEFT, RIGHT = 10.0, 410.0
 
@@ -232,7 +233,7 @@ def _layer_bar(d: Diagram, layer: LayerActivations, y: float, scale: float, *,
         if w <= 0:
             continue
         fill = "red" if "s×s" in t.name else BLOCK_FILLS.get(t.block, "gray")
-        d.rect(x, y, max(w - 0.8, 0.4), 28, fill, rounded=1)
+        d.rect(x, y, max(w - 0.8, 0.4), 28, fill, rounded=1, stroke=fill == "faint")
         tag = _short(t.name)
         if tags and tag and w >= 6.5 * len(tag) + 2 and fill != "red":
             d.text(x + w / 2, y + 14, tag, size=10)
@@ -303,9 +304,8 @@ def layer_saved(flash: LayerActivations, eager: LayerActivations, *,
     d.text(210, 192, Label(f"{float(share):.0%} of the layer", share, claim=f"{float(share):.0%}"),
            size=11)
     x = LEFT + 4
-    for block, fill in (("norms", "light gray"), ("attention", "light blue"), ("MLP", "green"),
-                        ("s×s scores", "red")):
-        d.rect(x, 214, 12, 12, fill, rounded=1)
+    for block, fill in (*BLOCK_FILLS.items(), ("s×s scores", "red")):
+        d.rect(x, 214, 12, 12, fill, rounded=1, stroke=fill == "faint")
         d.text(x + 16, 220, block, size=11, anchor="start")
         x += 30 + 7 * len(block) + 8
     return d
