@@ -134,7 +134,7 @@ def state_against_gpu(state: ModelStates, usable: Bytes, *, model: str, gpu: str
         d.text(x + 3, 66 + 14 * (row % 2), Label(f"{kind.replace(' weights', '')} "
                                                 f"{b.format('GB', 0)}", b,
                                                 claim=b.format("GB", 0)),
-               size=11, anchor="start")
+               size=12, anchor="start")
         x += w
     width = usable.n * scale
     for i in range(whole):
@@ -142,11 +142,11 @@ def state_against_gpu(state: ModelStates, usable: Bytes, *, model: str, gpu: str
         d.rect(left + 0.5, 104, min(width, RIGHT - left) - 1, 30,
                "light gray" if i == 0 else "faint", stroke=i == 0)
     d.text(LEFT, 148, Label(f"one {gpu}: {usable.format('GB', 1)}", usable,
-                            claim=usable.format("GB", 1)), anchor="start", size=12)
+                            claim=usable.format("GB", 1)), anchor="start", size=13)
     d.text(LEFT, 170, Label(f"{float(need):.1f} {gpu}s' worth", need,
-                            claim=f"{float(need):.1f}"), anchor="start", size=12, weight="bold")
+                            claim=f"{float(need):.1f}"), anchor="start", size=13, weight="bold")
     d.text(RIGHT, 170, Label(f"at least {whole} GPUs", whole, claim=f"{whole}"), anchor="end",
-           size=12, weight="bold")
+           size=13, weight="bold")
     return d
 
 
@@ -328,7 +328,7 @@ def bars(rows: list[tuple[Label | str, list[tuple[str, Bytes]]]], *, title: str,
     series = [name for name, _ in rows[0][1]]
     top = max(b.n for _, group in rows for _, b in group)
     name_w, bar_left, bar_right = 64.0, 72.0, 350.0
-    row_h, group_gap = 15.0, 10.0
+    row_h, group_gap = 16.0, 10.0
     y = 34.0
     height = y + len(rows) * (len(series) * row_h + group_gap) + 4
     d = Diagram(title, height=height, alt=alt_intro + " " + "; ".join(
@@ -341,12 +341,12 @@ def bars(rows: list[tuple[Label | str, list[tuple[str, Bytes]]]], *, title: str,
         d.text(x + 16, 12, s, size=11, anchor="start")
         x += 30 + 6.5 * len(s)
     for g, group in rows:
-        d.text(name_w, y + len(group) * row_h / 2 - 1, g, size=11, anchor="end")
+        d.text(name_w, y + len(group) * row_h / 2 - 1, g, size=12, anchor="end")
         for (s, b), fill in zip(group, fills):
             w = max(b.n / top * (bar_right - bar_left), 0.8)
             d.rect(bar_left, y, w, row_h - 3, fill, rounded=1)
             d.text(bar_left + w + 4, y + (row_h - 3) / 2, Label(b.format(unit, digits), b),
-                   size=11, anchor="start")
+                   size=12, anchor="start")
             y += row_h
         y += group_gap
     return d
