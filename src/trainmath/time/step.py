@@ -480,7 +480,7 @@ class Zero3Micro:
     device of a run without a pipeline: a decoder layer's forward and backward compute, the
     all-gather of its weights and the reduce-scatter of its gradients over the data-parallel
     group, the root module's (embedding, final norm, LM head) gather and reduce-scatter, and the
-    seconds the prefetch leaves exposed and hides (:func:`_data_parallel`, the module
+    seconds the prefetch leaves exposed and hides (``_data_parallel``, the module
     docstring's overlap). Seconds throughout."""
 
     layers: int
