@@ -24,6 +24,7 @@ from .collectives import milliseconds
 
 #: The three kinds ZeRO shards, in its order, with the fill each is drawn in
 KINDS = (("weights", "blue"), ("gradients", "orange"), ("optimizer side", "green"))
+#: How the diagrams name the stages 0-3
 STAGE_LABELS = ("data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 
 
@@ -207,7 +208,8 @@ def offload_flow(no_offload, offload) -> Diagram:
                      "fp32 gradient partition, and runs the optimizer step. Gradients go down "
                      "over PCIe every step and updated weights come back."))
     d.box(8, 30, 150, 90, "light blue", "GPU", "bf16 weights", "forward, backward")
-    d.box(262, 30, 150, 90, "green", "CPU", "master weights, moments", "gradients, the step")
+    d.box(262, 30, 150, 90, "green", "CPU", "master weights", "moments, gradients",
+          "optimizer step")
     d.line(160, 60, 258, 60, arrow=True)
     d.text(210, 48, "gradients", size=12)
     d.line(258, 92, 160, 92, arrow=True)
