@@ -71,7 +71,7 @@ def ring_diagram(model: ModelShape, *, seq_len: int, cp: int, tp: int = 1,
         d.line(x + dx / n * pad, y + dy / n * pad, nx - dx / n * pad, ny - dy / n * pad,
                arrow=True, fill="orange", width=2)
     for i, (x, y) in enumerate(pts):
-        d.box(x - 40, y - 22, 80, 44, "blue", Label(f"GPU {i + 1}", name=True),
+        d.box(x - 40, y - 22, 80, 44, "light blue", Label(f"GPU {i + 1}", name=True),
               Label(f"K{i + 1}, V{i + 1}", name=True), size=12)
     d.text(cx, cy - 30, Label(f"{share:,} tokens each", share, claim=f"{share:,}"))
     d.text(cx, cy - 10, Label(f"K, V chunk {chunk.format('MB', 1)}", chunk,

@@ -55,7 +55,7 @@ def roofline_diagram(gemms, *, gpu: str = "h100-sxm", precision: str = "bf16",
     Y = lambda f: B - (math.log10(f / 1e12) - y0) / (y1 - y0) * (B - T)  # noqa: E731
     rid = ridge(gpu, precision)
     lo = ", ".join(f"{n} {i:,.0f}" for n, i, _ in pts)
-    d = Diagram(f"The roofline of one {g.name}", height=262,
+    d = Diagram(f"The roofline of one {g.name}", height=B + 56 + 18 * len(pts),
                 alt=f"Attainable {precision} FLOP/s against FLOPs per byte on one {g.name}: "
                     f"a slope of {bw / 1e12:.2f} TB/s of HBM up to the ridge at {rid:,.0f} "
                     f"FLOP/byte, then flat at {peak / 1e12:,.1f} TFLOP/s. The layer's GEMMs "
@@ -79,19 +79,25 @@ def roofline_diagram(gemms, *, gpu: str = "h100-sxm", precision: str = "bf16",
     d.text(R, Y(peak) - 9, Label(f"peak {peak / 1e12:,.1f} TFLOP/s", peak,
                                  claim=f"{peak / 1e12:,.1f} TFLOP/s"), anchor="end", size=12)
     mid = 10 ** ((x0 + math.log10(rid)) / 2)
-    d.text(X(mid) - 6, Y(mid * bw) - 14,
+    d.text(X(mid) + 8, Y(mid * bw) + 12,
            Label(f"HBM {Bytes(round(bw)).format('TB', 2)}/s", Bytes(round(bw)),
-                 claim=Bytes(round(bw)).format("TB", 2)), anchor="end", size=12)
-    d.text(X(15), Y(15e12) - 34, "memory-bound:", anchor="start", size=12)
-    d.text(X(15), Y(15e12) - 20, "norms, adds", anchor="start", size=12)
-    for j, (name, i, f) in enumerate(sorted(pts, key=lambda p: p[1])):
+                 claim=Bytes(round(bw)).format("TB", 2)), anchor="start", size=12)
+    d.text(L + 8, Y(peak) + 6, "memory-bound:", anchor="start", size=12)
+    d.text(L + 8, Y(peak) + 20, "norms, adds", anchor="start", size=12)
+    d.text(R - 4, Y(peak) + 20, "compute-bound:", anchor="end", size=12)
+    d.text(R - 4, Y(peak) + 34, "the GEMMs", anchor="end", size=12)
+    for name, i, f in pts:
         px, py = X(i), Y(f)
         d.path(f"M {px - 4:.1f} {py:.1f} L {px:.1f} {py - 4:.1f} L {px + 4:.1f} {py:.1f} "
                f"L {px:.1f} {py + 4:.1f} Z", fill="red")
-        ly = Y(peak) + 22 + j * 28
-        lx = X(rid) - 8
-        d.line(px - 5, py, lx + 2, ly, width=0.6)
-        d.text(lx, ly - 6, Label(f"{name}: {i:,.0f}", i, claim=f"{i:,.0f}"), anchor="end",
-               size=12)
-        d.text(lx, ly + 8, Label(f"{f / 1e12:,.0f} TFLOP/s", f), anchor="end", size=11)
+    ky = B + 48
+    d.text(4, ky, "GEMM", anchor="start", size=12, weight="bold")
+    d.text(250, ky, "FLOP/byte", anchor="end", size=12, weight="bold")
+    d.text(410, ky, "TFLOP/s", anchor="end", size=12, weight="bold")
+    for j, (name, i, f) in enumerate(sorted(pts, key=lambda p: p[1])):
+        y = ky + 18 * (j + 1)
+        d.path(f"M 4 {y:.1f} L 8 {y - 4:.1f} L 12 {y:.1f} L 8 {y + 4:.1f} Z", fill="red")
+        d.text(18, y, name, anchor="start", size=12)
+        d.text(250, y, Label(f"{i:,.0f}", i), anchor="end", size=12)
+        d.text(410, y, Label(f"{f / 1e12:,.0f}", f / 1e12), anchor="end", size=12)
     return d

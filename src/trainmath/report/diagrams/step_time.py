@@ -24,7 +24,6 @@ from __future__ import annotations
 from ...memory.kernels import implementation
 from ...memory.recipes import peak_precision, recipe
 from ...runs.description import Run
-from ...time.calibration import sustained
 from ...time.layer import Device, LayerWork, layer_work
 from ...time.step import StepTime, attention_kernel
 from . import Diagram, Label
@@ -89,8 +88,9 @@ def step_diagram(step: StepTime, *, dp_traffic: float | None = None) -> Diagram:
     for k, v in parts.items():
         d.rect(4, y - 6, 12, 12, _COLOURS[k], rounded=1)
         d.text(22, y, Label(f"{k} {_s(v)}", v, claim=_s(v)), anchor="start")
-        share = f"{v / total:.0%}" if v / total >= 0.005 else f"{v / total:.1%}"
-        d.text(196, y, Label(share, v / total), anchor="end")
+        if v / total >= 0.0005:  # a share that rounds to 0.0% is not shown
+            share = f"{v / total:.0%}" if v / total >= 0.005 else f"{v / total:.1%}"
+            d.text(196, y, Label(share, v / total), anchor="end")
         d.text(206, y, _WHY[k], anchor="start", size=12)
         y += 20
     if dp_traffic is not None:

@@ -74,15 +74,16 @@ def mlp_split_diagram(model: ModelShape, *, tp: int, tokens: int, gpu: str = "h1
     for col, (x, name) in enumerate(((10, "GPU 1"), (230, f"GPU {tp}"))):
         d.line(x + 90, 30, x + 90, 44, arrow=True)
         d.text(x + 90, 52, Label(name, name=True), weight="bold")
-        d.box(x, 62, 180, 40, "blue", "first matrix, by columns",
+        d.box(x, 62, 180, 40, "light blue", "first matrix, by columns",
               Label(f"{up:,} columns", up, claim=f"{up:,}"))
         d.box(x, 108, 180, 26, "faint", f"{fn}: no communication")
-        d.box(x, 140, 180, 40, "orange", "second matrix, by rows",
+        d.box(x, 140, 180, 40, "light gray", "second matrix, by rows",
               Label(f"{f:,} rows", f, claim=f"{f:,}"))
-        d.box(x, 186, 180, 22, "faint", "a partial sum of the output")
+        d.box(x, 186, 180, 22, "faint", "a partial sum of the output", stroke=True)
         d.line(x + 90, 208, x + 90, 222, arrow=True)
     d.text(210, 120, "⋯", size=20)
-    d.box(10, 222, 400, 52, "red",
+    d.rect(10, 222, 6, 52, "red", rounded=0)
+    d.box(16, 222, 394, 52, "faint",
           Label(f"all-reduce of {act.format('MB', 0)}", act, claim=act.format("MB", 0)),
           Label(f"{_ms(nv)} on NVLink", nv, claim=_ms(nv)),
           Label(f"{_ms(ib)} across nodes", ib, claim=_ms(ib)))
@@ -104,9 +105,9 @@ def heads_diagram(model: ModelShape, *, tp: int) -> Diagram:
     d.text(4, 14, "tp rank", anchor="start")
     for i in range(tp):
         d.text(left + cell * (i + 0.5), 14, Label(f"{i + 1}", name=True), weight="bold")
-    rows = ((Label(f"{model.heads} query heads", model.heads, claim=str(model.heads)), q, "blue"),
+    rows = ((Label(f"{model.heads} query heads", model.heads, claim=str(model.heads)), q, "light blue"),
             (Label(f"{model.kv_heads} KV heads", model.kv_heads, claim=str(model.kv_heads)), kv,
-             "light blue"))
+             "light gray"))
     for r, (name, n, fill) in enumerate(rows):
         y = 30 + r * 36
         d.text(4, y + 15, name, anchor="start")
@@ -138,16 +139,16 @@ def sequence_parallel_diagram(model: ModelShape, *, tp: int, tokens: int,
     tok = Label(f"{share:,} tokens each", share, claim=f"{share:,}")
     rows = []
     for block in ("attention", "MLP"):
-        rows.append(("box", "green", f"residual, {norm}", tok))
+        rows.append(("box", "faint", f"residual, {norm}", tok))
         rows.append(("comm", "all-gather", ag))
-        rows.append(("box", "blue", block, "split by heads" if block == "attention" else
+        rows.append(("box", "light blue", block, "split by heads" if block == "attention" else
                      "split by columns, then rows"))
         rows.append(("comm", "reduce-scatter", rs))
     y = 4
     for row in rows:
         if row[0] == "box":
             _, fill, name, what = row
-            d.box(60, y, 300, 34, fill, name, what)
+            d.box(60, y, 300, 34, fill, name, what, stroke=fill == "faint")
             y += 34
         else:
             _, name, t = row
