@@ -59,6 +59,8 @@ def layout_diagram(lay: Layout, *, node_gpus: int = 8, layers: int) -> Diagram:
             g = (cw - 8) / node_gpus
             for t in range(node_gpus):
                 d.rect(x + 4 + t * g, y + 3, g - 1.5, rh - 6, fills[p % len(fills)], rounded=1)
+    d.rect(left, top, cw * cols, rh, "none", stroke=True, dashed=True)  # one pipeline
+    d.rect(left + 1, top - 1, cw - 2, rows * rh + 2, "none", stroke=True, dashed=True)  # one stage
     for r in (0, rows - 1):
         d.text(4, top + r * rh + rh / 2, Label(f"replica {r + 1}", name=True), anchor="start",
                size=12)
