@@ -79,7 +79,7 @@ def roofline_diagram(gemms, *, gpu: str = "h100-sxm", precision: str = "bf16",
     d.text(R, Y(peak) - 9, Label(f"peak {peak / 1e12:,.1f} TFLOP/s", peak,
                                  claim=f"{peak / 1e12:,.1f} TFLOP/s"), anchor="end", size=12)
     mid = 10 ** ((x0 + math.log10(rid)) / 2)
-    d.text(X(mid) + 16, Y(mid * bw) + 18,
+    d.text(X(mid) - 16, Y(mid * bw) + 26,
            Label(f"HBM {Bytes(round(bw)).format('TB', 2)}/s", Bytes(round(bw)),
                  claim=Bytes(round(bw)).format("TB", 2)), anchor="start", size=12)
     d.text(L + 8, Y(peak) + 6, "memory-bound:", anchor="start", size=12)
