@@ -215,38 +215,45 @@ def loss_scaling(fmt, gradient: float, scale: float, *, width: float = 420) -> D
     return d
 
 
-def mixed_precision_step(states, compute: str = "bf16", *, width: float = 420) -> Diagram:
+def mixed_precision_step(states, compute: str = "bf16", *, loss_scale: bool | None = None,
+                         width: float = 420) -> Diagram:
     """One step of mixed-precision training as a loop (Micikevicius et al. 2018, §3.1 and §3.2):
     the fp32 master weights are cast to a 16-bit copy, the forward and backward passes run in
     16 bits, the 16-bit gradients are unscaled and applied in fp32 with Adam's moments; with the
     bytes per parameter of each (``states``: a :class:`~trainmath.memory.recipes.BytesPerParam`).
+    With ``loss_scale`` (fp16's default) the backward pass starts from the loss times S and the
+    gradients are divided by S before the update.
 
     >>> from trainmath.memory.recipes import bytes_per_param
     >>> d = mixed_precision_step(bytes_per_param("bf16-mixed"))
     >>> [lab.text for lab in d.numbers]
     ['4 bytes', '2 bytes', '2 bytes', '8 bytes', '16 bytes per parameter']
     """
+    loss_scale = compute == "fp16" if loss_scale is None else loss_scale
     if not states.master_weights:
         raise ValueError("mixed_precision_step draws a recipe with an fp32 master copy; this one "
                          "keeps none")
-    w, gap, h = (width - 2 * 32) / 3, 32, 48
+    w, gap, h = (width - 2 * 44) / 3, 44, 48
     cols = [i * (w + gap) for i in range(3)]
     top, low = 8, 8 + h + 46
 
     def b(n) -> Label:
         return Label(f"{n} bytes", Bytes(n))
 
+    scaled, unscaled = ((" (on the loss times the scale S)", "divided by S and ") if loss_scale
+                        else ("", ""))
     alt = (f"A loop: fp32 master weights ({states.master_weights} bytes per parameter) are cast "
            f"to a {compute} copy ({states.weights} bytes), which the forward pass and the "
-           f"backward pass use; the backward pass gives {compute} gradients "
-           f"({states.gradients} bytes), unscaled and applied in fp32 by the AdamW step with "
-           f"its moments m and v ({states.optimizer_states} bytes), which updates the master "
+           f"backward pass use{scaled}; the backward pass gives {compute} gradients "
+           f"({states.gradients} bytes), {unscaled}applied in fp32 by the AdamW step with its "
+           f"moments m and v ({states.optimizer_states} bytes), which updates the master "
            f"weights: {states.total} bytes per parameter in all.")
     d = Diagram("One mixed-precision step", width=width, height=low + h + 34, alt=alt)
     kept = ((cols[0], top, "orange", ("fp32 master", b(states.master_weights))),
             (cols[1], top, "blue", (f"{compute} copy", b(states.weights))),
             (cols[2], top, None, ("forward", f"{compute} matmuls")),
-            (cols[2], low, None, ("backward", "of loss × S")),
+            (cols[2], low, None, ("backward", "of loss × S" if loss_scale
+                                  else f"{compute} matmuls")),
             (cols[1], low, "light blue", (f"{compute} grads", b(states.gradients))),
             (cols[0], low, "red", ("AdamW m, v", b(states.optimizer_states))))
     for x, y, kind, lines in kept:  # a state's box carries its kind's colour as a stripe
@@ -261,7 +268,7 @@ def mixed_precision_step(states, compute: str = "bf16", *, width: float = 420) -
     mid = low + h / 2
     d.line(cols[2] - 2, mid, cols[1] + w + 2, mid, arrow=True)
     d.line(cols[1] - 2, mid, cols[0] + w + 2, mid, arrow=True)
-    d.text(cols[0] + w + gap / 2, mid - 10, "÷ S", size=11)
+    d.text(cols[0] + w + gap / 2, mid - 10, "÷ S" if loss_scale else "to fp32", size=11)
     d.line(cols[0] + w / 2, low - 2, cols[0] + w / 2, top + h + 2, arrow=True)
     d.text(cols[0] + w / 2 + 6, (top + h + low) / 2, "update in fp32", size=11, anchor="start")
     d.text(width / 2, low + h + 20, Label(f"{states.total} bytes per parameter",
@@ -307,4 +314,63 @@ def recipe_bytes(recipes: dict, *, width: float = 420) -> Diagram:
             x += n * unit
         d.text(x + 6, y + 10, Label(f"{s.total} bytes", Bytes(s.total)), anchor="start",
                size=12, weight="bold")
+    return d
+
+
+#: The colour of each part of a step's peak (trainmath.memory.peak.Moment.parts): the states
+#: as :data:`STATE_FILLS`, the activations, and the rest (fp8 weight copies, logits, counters)
+PEAK_FILLS = {"parameters": "blue", "gradients": "light blue", "master weights": "orange",
+              "optimizer states": "red", "activations": "green", "other": "gray"}
+
+
+def peak_memory(peaks: dict, memory: Bytes, gpu: str, *, width: float = 420) -> Diagram:
+    """What is alive at the peak of a step on one GPU, for each recipe: ``peaks`` maps a recipe's
+    name to the peak :class:`~trainmath.memory.peak.Moment` that
+    :func:`trainmath.runs.estimates.estimate` found for it (``Estimate.peak.peak``), drawn as
+    stacked bars against ``memory``, the ``gpu``'s memory (a dashed line).
+
+    >>> from trainmath.report.running_example import example_estimate
+    >>> e = example_estimate()
+    >>> d = peak_memory({"bf16-mixed": e.peak.peak}, e.run.gpu.memory, "H100")
+    >>> [lab.text for lab in d.numbers]
+    ['37.6 GB', 'H100: 85.5 GB']
+    """
+    if not peaks:
+        raise ValueError("peak_memory needs at least one recipe's peak")
+    if not memory.n:
+        raise ValueError("peak_memory needs the GPU's memory, more than 0 bytes")
+    left, row, top = 92, 34, 54
+    column = width - 54  # the totals, to the right of the bars and the GPU's memory
+    unit = (column - 6 - left) / max([memory.n] + [m.total.n for m in peaks.values()])
+
+    def parts(m) -> dict:
+        out = dict.fromkeys(PEAK_FILLS, Bytes(0))
+        for kind, b in m.parts:
+            key = kind if kind in PEAK_FILLS else "other"
+            out[key] = out[key] + b
+        return out
+
+    alt = (f"The peak of a step on one {gpu}, by recipe: " + "; ".join(
+        f"{name} {m.total.format('GB', 1)} (" + ", ".join(
+            f"{kind} {b.format('GB', 1)}" for kind, b in parts(m).items() if b.n) + ")"
+        for name, m in peaks.items()) + f"; the {gpu} holds {memory.format('GB', 1)}.")
+    bottom = top + row * len(peaks)
+    d = Diagram("The peak of a step on one GPU", width=width, height=bottom + 26, alt=alt)
+    names = list(PEAK_FILLS.items())
+    _legend(d, 10, names[:3])
+    _legend(d, 30, names[3:])
+    for i, (name, m) in enumerate(peaks.items()):
+        y = top + i * row
+        d.text(left - 8, y + 10, name, anchor="end", size=12)
+        x = left
+        for kind, b in parts(m).items():
+            if b.n:
+                d.rect(x, y, max(b.n * unit - 1, 1), 20, PEAK_FILLS[kind], rounded=1)
+                x += b.n * unit
+        d.text(column, y + 10, Label(m.total.format("GB", 1), m.total), anchor="start",
+               size=12, weight="bold")
+    edge = left + memory.n * unit
+    d.line(edge, top - 6, edge, bottom - 6, dashed=True)
+    d.text(edge, bottom + 6, Label(f"{gpu}: {memory.format('GB', 1)}", memory,
+                                   claim=memory.format("GB", 1)), anchor="end", size=12)
     return d
