@@ -8,7 +8,7 @@ The bytes are :func:`trainmath.memory.sharding.zero_states` (ZeRO §5.1–5.3, F
 
 >>> d = stage_holdings(7_000_000_000, 4)
 >>> [lab.text for lab in d.numbers][-1]
-'28 GB'
+'28.0 GB'
 """
 
 from __future__ import annotations
