@@ -73,7 +73,7 @@ def token_path(model: ModelShape, lay: Layout, *, seq_len: int, micro_batch: int
     """A token's path through one MoE layer: the router keeps its top k experts, the dispatch
     all-to-all sends it to the GPUs that hold them, they run, the combine all-to-all brings the
     outputs back to be summed (Fedus et al. 2022, §2; Lepikhin et al. 2021, §2.3). The bytes one
-    GPU sends in each all-to-all of a micro-batch (:func:`all_to_all_bytes` over the four) and
+    GPU sends in each all-to-all of a micro-batch (:func:`~trainmath.time.communication.all_to_all_bytes` over the four) and
     its seconds (:func:`all_to_all_seconds`).
 
     >>> from trainmath.model.presets import preset
@@ -187,7 +187,7 @@ def folding(model: ModelShape, lay: Layout) -> Diagram:
 def capacity_loads(model: ModelShape, *, tokens: int, ep: int, capacity_factor: float,
                    tp: int = 1, etp: int | None = None) -> Diagram:
     """The token copies (rows) one GPU's experts receive a layer and micro-batch under each load
-    of :data:`trainmath.model.moe.EXPERT_LOADS`, dropless (:func:`dispatch`), against the
+    of :data:`trainmath.model.moe.EXPERT_LOADS`, dropless (:func:`~trainmath.model.moe.dispatch`), against the
     capacity a capacity factor C sets, ⌈T·k/E·C⌉ from each of the ep routers (Megatron-Core's
     ``get_capacity``): the copies beyond it are dropped (Fedus et al. 2022, §2.2).
 
@@ -237,7 +237,7 @@ def capacity_loads(model: ModelShape, *, tokens: int, ep: int, capacity_factor: 
 
 def total_and_active(model: ModelShape) -> Diagram:
     """The model's total parameters against the active ones: one layer's experts with the k a
-    token uses, and the two counts as bars (:func:`total_params`, :func:`active_params`: the
+    token uses, and the two counts as bars (:func:`~trainmath.model.moe.total_params`, :func:`~trainmath.model.moe.active_params`: the
     total less the E − k experts a token skips in every layer; Jiang et al. 2024, §2.1).
 
     >>> from trainmath.model.presets import preset

@@ -1,11 +1,11 @@
 """Fine-tuning diagrams: LoRA's low-rank update beside a frozen matrix, where the memory goes for
 full fine-tuning, LoRA and QLoRA, and QLoRA's NF4 blocks with their constants.
 
-The numbers are :mod:`trainmath.memory.finetune`'s: the matrices' shapes (:func:`matrices`),
-r·(d_in + d_out) trainable parameters a matrix (:func:`lora_params`; Hu et al. 2021, §4.1), the
+The numbers are :mod:`trainmath.memory.finetune`'s: the matrices' shapes (:func:`~trainmath.memory.finetune.matrices`),
+r·(d_in + d_out) trainable parameters a matrix (:func:`~trainmath.memory.finetune.lora_params`; Hu et al. 2021, §4.1), the
 model states and activations of an :class:`~trainmath.runs.estimates.Estimate`, and NF4's
 4 bits a weight with one absmax per block of 64, itself in 8 bits with one fp32 constant per
-256 blocks (:func:`nf4_bits_per_param`; Dettmers et al. 2023, §3).
+256 blocks (:func:`~trainmath.memory.finetune.nf4_bits_per_param`; Dettmers et al. 2023, §3).
 
 >>> d = nf4_blocks()
 >>> [x.text for x in d.numbers][-1]
@@ -23,7 +23,7 @@ from ...model.shape import ModelShape
 from ...units import Bytes
 
 #: Bits of NF4's code for one weight (Dettmers et al. 2023, §3: 4-bit NormalFloat); the rest of
-#: :func:`nf4_bits_per_param` is the block constants'.
+#: :func:`~trainmath.memory.finetune.nf4_bits_per_param` is the block constants'.
 CODE_BITS = 4
 #: Bits of a 16-bit (bf16) weight, the format LoRA's frozen base stays in
 BF16_BITS = 16
@@ -36,7 +36,7 @@ PARTS = (("frozen weights", "blue"), ("adapter weights", "purple"), ("gradients"
 def lora(model: ModelShape, adapter: Adapter, matrix: str = "q") -> Diagram:
     """LoRA on one matrix: the frozen W (d_out × d_in) and beside it B (d_out × r) and A
     (r × d_in), h = Wx + (α/r)·BAx (Hu et al. 2021, §4.1), with the matrix's r·(d_in + d_out)
-    trainable parameters and the adapter's in every layer (:func:`lora_params`).
+    trainable parameters and the adapter's in every layer (:func:`~trainmath.memory.finetune.lora_params`).
 
     >>> from trainmath.model.presets import preset
     >>> d = lora(preset("llama-2-7b"), Adapter("lora", 16, ("q", "v")))
@@ -137,9 +137,9 @@ def where_memory_goes(estimates: dict) -> Diagram:
 
 def nf4_blocks(double_quant: bool = True) -> Diagram:
     """QLoRA's storage of a frozen weight: NF4's 4-bit code, one absmax constant per block of
-    :data:`NF4_BLOCK` weights, and with double quantization those constants in 8 bits with one
-    fp32 constant per :data:`DQ_BLOCK` of them (Dettmers et al. 2023, §3;
-    :func:`nf4_bits_per_param`), against a bf16 weight's 16 bits.
+    :data:`~trainmath.memory.finetune.NF4_BLOCK` weights, and with double quantization those constants in 8 bits with one
+    fp32 constant per :data:`~trainmath.memory.finetune.DQ_BLOCK` of them (Dettmers et al. 2023, §3;
+    :func:`~trainmath.memory.finetune.nf4_bits_per_param`), against a bf16 weight's 16 bits.
 
     >>> [x.text for x in nf4_blocks(False).numbers][-1]
     '4.5 bits'

@@ -45,7 +45,7 @@ def prefetch_timeline(z: Zero3Micro, drawn: int = 3) -> Diagram:
     layer's gathers wait; each later gather runs under the layer before it (FSDP's forward
     prefetch); in the backward the next gather and this layer's reduce-scatter share the
     window of a layer's backward; the last reduce-scatters wait. Labels: one layer's seconds of
-    each, and the micro-batch's exposed and hidden network seconds (:class:`Zero3Micro`)."""
+    each, and the micro-batch's exposed and hidden network seconds (:class:`~trainmath.time.step.Zero3Micro`)."""
     f_win = max(z.forward, z.gather)
     b_win = max(z.backward, z.gather + z.reduce)
     head = z.root_gather + z.gather

@@ -34,7 +34,7 @@ FILLS = {**KIND_COLORS, "parameters": KIND_COLORS["weights"], "activations": "gr
          "logits": "purple", "optimizer temporaries": "gray", "step counters": "gray",
          "unsharded gradients": "light blue", "gathered parameters": "light gray",
          "reduce-scatter buffers": "gray"}
-#: The fill of each block of a decoder layer (:meth:`LayerActivations.by_block`): fills that are
+#: The fill of each block of a decoder layer (:meth:`~trainmath.memory.activations.LayerActivations.by_block`): fills that are
 #: light in the light theme and dark in the dark one, so the tensors' tags read in both
 BLOCK_FILLS = {"norms": "faint", "attention": "light blue", "MLP": "light gray"}
 #: Drawing area: the left and right edge of the bars

@@ -25,7 +25,7 @@ from ...time.step import StepTime
 from ...units import Bytes
 from . import Diagram, Label
 
-#: The step's parts as the bars group them (:meth:`StepTime.parts`), each with its fill
+#: The step's parts as the bars group them (:meth:`~trainmath.time.step.StepTime.parts`), each with its fill
 STEP_GROUPS: dict[str, tuple[tuple[str, ...], str]] = {
     "GEMMs": (("GEMMs",), "blue"),
     "attention": (("attention",), "light blue"),
@@ -112,7 +112,7 @@ def _stack(d: Diagram, x0: float, y: float, scale: float, parts: Mapping[str, By
 def sum_and_peak(estimates: Mapping[str, Estimate], *,
                  title: str = "The sum of the kinds and the peak") -> Diagram:
     """For each named estimate two stacked bars: the kinds of memory added up
-    (:attr:`Estimate.total`) and what is alive at the step's peak (:attr:`Estimate.peak`'s
+    (:attr:`~trainmath.runs.estimates.Estimate.total`) and what is alive at the step's peak (:attr:`~trainmath.runs.estimates.Estimate.peak`'s
     moment), each part in its kind's colour, the rest of the moment (logits, gathered units,
     buffers) gray."""
     if not estimates:
@@ -153,7 +153,7 @@ def sum_and_peak(estimates: Mapping[str, Estimate], *,
 def fit_ladder(e: Estimate, *, title: str = "From the peak to what must fit") -> Diagram:
     """The figures a fit is judged by, for ``e`` (a run with a GPU): the tensors' peak
     (allocated), what the caching allocator reserves for them, the process as nvidia-smi shows
-    it (:attr:`Estimate.on_device`, typical), against the GPU's memory as it reports it."""
+    it (:attr:`~trainmath.runs.estimates.Estimate.on_device`, typical), against the GPU's memory as it reports it."""
     shown, gpu = e.on_device, e.run.gpu
     if shown is None or gpu is None:
         raise ValueError("fit_ladder needs an estimate of a run with a GPU; accepted: "

@@ -159,7 +159,7 @@ def traffic_by_stage(params: int, n_d: int, gpu: str, node_gpus: int,
     """Bytes each rank sends per step, one micro-batch, at each ZeRO stage over ``n_d`` ranks
     with 16-bit weights and gradients (ZeRO §7.2: ZeRO-1 and ZeRO-2 as data parallelism, ZeRO-3
     1.5× it), and the seconds those ring collectives take at ``gpu``'s links with
-    ``node_gpus`` ranks in each node (:func:`stage_collectives`, :func:`collective_time`, as
+    ``node_gpus`` ranks in each node (:func:`stage_collectives`, :func:`~trainmath.time.network.collective_time`, as
     the step-time model times them, before any overlap)."""
     per_node = min(node_gpus, n_d)
     rows = []
