@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from trainmath.cli.calculator import calculate as calculator_calculate
-from trainmath.cli.calculator import form_values
 from trainmath.cli.widget import (PRESETS, calculate, calculator_fragment, preset,
                                   running_example_argv, split_values)
 from trainmath.report.page import peak_bar

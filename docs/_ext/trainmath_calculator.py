@@ -365,11 +365,17 @@ def copy_runtime(app, exception) -> None:
     shutil.copyfile(SERVICE_WORKER, out / SERVICE_WORKER.name)
 
 
+def add_widget_script(app, pagename, templatename, context, doctree) -> None:
+    """The small calculators' script, on the pages that have one only."""
+    if "tm-calc-widget" in context.get("body", ""):
+        app.add_js_file("calculator-widget.js", type="module")
+
+
 def setup(app):
     app.add_directive("calculator", CalculatorDirective)
     app.add_directive("calculator-widget", CalculatorWidgetDirective)
     app.add_css_file("calculator.css")
     app.add_js_file("calculator.js", type="module")
-    app.add_js_file("calculator-widget.js", type="module")
+    app.connect("html-page-context", add_widget_script, priority=100)
     app.connect("build-finished", copy_runtime)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
