@@ -316,6 +316,12 @@ def test_every_page_with_one(base, driver, page):
         assert driver.execute_script(RUNTIME) == []
     for ident in widget_ids(driver):
         scroll_to(driver, ident)
+        time.sleep(0.5)
+        if driver.execute_script(STATE, ident)["ready"] is None:
+            # on the page's first screen it waits for the reader: touch its first field
+            from selenium.webdriver.common.by import By
+
+            driver.find_element(By.CSS_SELECTOR, f"#{ident} [name]").click()
         wait(driver, ident, 0)
         state = driver.execute_script(STATE, ident)
         name, value = CHANGES[state["preset"]][0]
