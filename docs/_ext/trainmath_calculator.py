@@ -12,12 +12,20 @@
   repository (``pip wheel --no-deps --no-build-isolation``, cached by the hash of its sources)
   into ``_static/calculator/``; ``calculator-sw.js``, the service worker that keeps the page
   working offline once loaded, goes to the site's root (a worker's scope is its folder).
+- The ``{calculator-widget}`` directive writes a page's small calculator
+  (:mod:`trainmath.cli.widget`): a preset's few fields and a chart of what is alive at the
+  step's peak, drawn at build time by the library for the preset's example (so a reader without
+  JavaScript sees it, with a sentence saying so and a link to the calculator), and redrawn in
+  the browser by the same library in the same Pyodide runtime once the reader scrolls to it or
+  touches it (``calculator-widget.js``, ``calculator-runtime.js``). Its argument is the preset
+  (``memory``, ``zero``, ``distributed``); ``:args:`` replaces the preset's example command line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 import shlex
 import shutil
@@ -231,6 +239,103 @@ class CalculatorDirective(SphinxDirective):
         return [nodes.raw("", markup, format="html")]
 
 
+# -- a page's small calculator ---------------------------------------------------------------------
+#: The label of each field a small calculator may show (its flag is in the "same as" line).
+WIDGET_LABELS = {"model": "model", "recipe": "recipe", "seq-len": "sequence length",
+                 "dp": "data parallel (dp)", "tp": "tensor parallel (tp)",
+                 "pp": "pipeline parallel (pp)", "zero": "ZeRO stage", "gpu": "GPU",
+                 "micro-batch": "micro-batch", "cp": "context parallel (cp)"}
+
+
+def _widget_field(ident: str, f, value: str) -> str:
+    fid = f"{ident}-{f.name}"
+    error_id = f"{fid}-error"
+    label = f'<label for="{fid}">{_e(WIDGET_LABELS.get(f.name, f.flag))}</label>'
+    if f.kind == "choice":
+        default = f"default ({f.default})" if f.default else "default"
+        options = [f'<option value="">{_e(default)}</option>']
+        options += [f'<option value="{_e(c)}"{" selected" if c == value else ""}>{_e(c)}</option>'
+                    for c in f.choices]
+        control = (f'<select id="{fid}" name="{_e(f.name)}" aria-describedby="{error_id}">'
+                   f'{"".join(options)}</select>')
+    elif f.kind == "text":
+        control = (f'<input type="text" id="{fid}" name="{_e(f.name)}" value="{_e(value)}" '
+                   f'inputmode="numeric" autocomplete="off" spellcheck="false" '
+                   f'placeholder="{_e(f.default or "default")}" aria-describedby="{error_id}">')
+    else:
+        raise ValueError(f"the small calculator shows selects and text fields; {f.flag} is a "
+                         f"{f.kind}")
+    return (f'<div class="tm-calc-field">{label}{control}<p class="tm-calc-error" '
+            f'id="{error_id}" data-error-for="{_e(f.name)}"></p></div>')
+
+
+def widget_html(name: str, argv: list[str] | None, ident: str, root: str, calculator: str) -> str:
+    """A page's small calculator: the preset's fields filled with its example (or ``argv``), the
+    result computed now by the library (:func:`trainmath.cli.widget.calculate`) for a reader
+    without JavaScript, and what the script needs to compute it again in the browser. ``root``
+    is the site's root relative to the page, ``calculator`` the calculator page's address."""
+    from trainmath.cli.calculator import _form
+    from trainmath.cli.widget import COMMAND, calculate, preset, split_values
+
+    p = preset(name)
+    shown, fixed = split_values(p, p.example if argv is None else argv)
+    out = json.loads(calculate(name, json.dumps(shown + fixed)))
+    if out["status"]:
+        raise ValueError(out["stderr"].strip())
+    form = _form(COMMAND)
+    fields = "".join(_widget_field(ident, form.field(k), v) for k, v in shown)
+    mb = runtime_bytes() / 1e6
+    return (
+        f'<div class="tm-calc-widget" id="{ident}" data-preset="{_e(name)}" '
+        f'data-fixed="{_e(json.dumps(fixed))}" data-pyodide="{root}_static/pyodide/" '
+        f'data-wheel="{root}_static/calculator/{_wheel_name()}?v={source_hash()}" '
+        f'data-worker="{root}calculator-sw.js" data-calculator="{_e(calculator)}">'
+        f'<form class="tm-w-form" novalidate aria-label="{_e(p.title)}">'
+        f'<fieldset class="tm-w-fieldset" disabled><legend>{_e(p.title)}</legend>'
+        f'<div class="tm-w-fields">{fields}</div></fieldset>'
+        f'<p class="tm-calc-error" id="{ident}-error" data-error-for=""></p></form>'
+        f'<div class="tm-w-result" aria-live="polite" data-status="0">'
+        f'<p class="tm-w-summary"><strong>{_e(out["summary"])}</strong></p>'
+        f'<div class="tm-w-chart">{out["chart"]}</div>'
+        f'<p class="tm-w-line">Same as: <code class="tm-w-cmd">{_e(out["command_line"])}</code>'
+        f"</p></div>"
+        f'<p class="tm-w-status" role="status"><span class="tm-w-nojs">These figures are for the '
+        f"inputs shown; to change them this page runs Python in your browser, which needs "
+        f"JavaScript.</span></p>"
+        f'<p class="tm-w-open"><a href="{_e(calculator)}#{_e(out["link"])}">Open in the '
+        f"calculator</a>, with every option (loads Python in your browser, "
+        f"{mb:.1f} MB once).</p></div>")
+
+
+class CalculatorWidgetDirective(SphinxDirective):
+    """``{calculator-widget} PRESET``: a page's small calculator (:func:`widget_html`);
+    ``:args:`` gives the command line of ``trainmath estimate`` it starts from."""
+
+    required_arguments = 1
+    has_content = False
+    option_spec = {"args": directives.unchanged}
+
+    def run(self):
+        if not PYODIDE.is_dir():
+            raise self.error(missing_runtime())
+        depth = self.env.docname.count("/")
+        root = "../" * depth
+        ident = f"tm-w-{self.env.new_serialno('calculator-widget') + 1}"
+        argv = shlex.split(self.options["args"]) if "args" in self.options else None
+        try:  # the page's address, even from the calculator page itself
+            calculator = root + self.env.app.builder.get_target_uri("calculator")
+        except Exception:  # a builder without pages (linkcheck): the html name
+            calculator = root + "calculator.html"
+        try:
+            markup = widget_html(self.arguments[0], argv, ident, root, calculator)
+        except (ValueError, SystemExit) as exc:  # a bad preset or example: say which
+            raise self.error(f"calculator-widget {self.arguments[0]!r} "
+                             f"{self.options.get('args', '')!r}: {exc}") from None
+        for f in (ROOT / "src" / "trainmath").rglob("*.py"):  # the figures are the library's
+            self.env.note_dependency(str(f))
+        return [nodes.raw("", markup, format="html")]
+
+
 # -- the files the page loads ---------------------------------------------------------------------
 def _copy(src: Path, dst: Path) -> None:
     if dst.exists() and dst.stat().st_size == src.stat().st_size \
@@ -260,9 +365,17 @@ def copy_runtime(app, exception) -> None:
     shutil.copyfile(SERVICE_WORKER, out / SERVICE_WORKER.name)
 
 
+def add_widget_script(app, pagename, templatename, context, doctree) -> None:
+    """The small calculators' script, on the pages that have one only."""
+    if "tm-calc-widget" in context.get("body", ""):
+        app.add_js_file("calculator-widget.js", type="module")
+
+
 def setup(app):
     app.add_directive("calculator", CalculatorDirective)
+    app.add_directive("calculator-widget", CalculatorWidgetDirective)
     app.add_css_file("calculator.css")
     app.add_js_file("calculator.js", type="module")
+    app.connect("html-page-context", add_widget_script, priority=100)
     app.connect("build-finished", copy_runtime)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -153,21 +153,16 @@ if (root) {
     run(panel);
   });
 
-  // -- Python: after the page is usable ---------------------------------------------------------------
+  // -- Python: after the page is usable (calculator-runtime.js, shared with the small calculators) -
   async function boot() {
-    const base = new URL(root.dataset.pyodide, location.href).href;
-    step(1, "Loading Python in your browser…");
-    const { loadPyodide } = await import(base + "pyodide.mjs");
-    const py = await loadPyodide({ indexURL: base });
-    timings.python = performance.now();
-    step(2, "Loading the trainmath library…");
-    const wheel = await fetch(new URL(root.dataset.wheel, location.href));
-    if (!wheel.ok) throw new Error(`the trainmath wheel: HTTP ${wheel.status}`);
-    py.unpackArchive(await wheel.arrayBuffer(), "wheel");
-    step(3, "Starting trainmath…");
-    const module = py.pyimport("trainmath.cli.calculator");
-    module.working_directory("/home/pyodide/calculator");
-    calc = module.calculate;
+    const { loadTrainmath, keepOffline } = await import("./calculator-runtime.js");
+    keepOffline(root, "./calculator");
+    const py = await loadTrainmath(root, (n, text) => {
+      if (n === 2) timings.python = performance.now();
+      step(n, text);
+    });
+    if (timings.python === null) timings.python = performance.now();
+    calc = py.pyimport("trainmath.cli.calculator").calculate;
     timings.library = performance.now();
     step(4, "Ready: results update as you type.");
     statusBox.classList.add("tm-calc-ready");
@@ -189,10 +184,6 @@ if (root) {
       step(0, "The calculator could not start: " + e.message);
       root.dataset.ready = "failed";
     });
-    if ("serviceWorker" in navigator && location.protocol.startsWith("http")) {
-      navigator.serviceWorker.register(new URL(root.dataset.worker, location.href),
-        { scope: "./calculator" }).catch(() => {});
-    }
   }
   if (document.readyState === "complete") start();
   else window.addEventListener("load", start);

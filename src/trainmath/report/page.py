@@ -66,6 +66,28 @@ def _bar(parts: dict[str, int], capacity: int | None, alt: str) -> str:
                if capacity else "") + "</ul>")
 
 
+def peak_bar(est: Estimate) -> str:
+    """A stacked bar of what is alive at the step's peak on the fullest device, by kind (the
+    estimate's :attr:`~trainmath.runs.estimates.Estimate.peak` parts), with the GPU's memory
+    marked when the run names one, its legend in GB, and the same figures as its text
+    alternative: the calculator's chart, and the chart of the pages' small calculators
+    (``trainmath.cli.widget``).
+
+    >>> from trainmath.runs.description import run
+    >>> from trainmath.runs.estimates import estimate
+    >>> 'aria-label="What is alive at the peak: parameters' in peak_bar(estimate(run(
+    ...     "llama-3-8b", seq_len=4096, gpu="h100-sxm")))
+    True
+    """
+    peak = estimate_dict(est)["peak"]
+    verdict = fit(est)
+    capacity = None if verdict is None else verdict.capacity.n
+    parts = {k.replace("_", " "): v for k, v in peak["parts"].items()}
+    alt = ("What is alive at the peak: " + ", ".join(f"{k} {_gb(v)}" for k, v in parts.items())
+           + (f"; the GPU holds {_gb(capacity)}" if capacity else ""))
+    return _bar(parts, capacity, alt)
+
+
 def _terms_html(terms) -> str:
     out = []
     for t in terms:
@@ -152,11 +174,7 @@ def render_estimate(est: Estimate) -> str:
     if verdict is not None:
         fits = (f'<p class="tm-calc-fits" data-fits="{str(verdict.fits).lower()}">Fits in '
                 f"{escape(verdict.where)}: <strong>{escape(verdict.verdict)}</strong>.</p>")
-    capacity = None if verdict is None else verdict.capacity.n
-    parts = {k.replace("_", " "): v for k, v in peak["parts"].items()}
-    alt = ("What is alive at the peak: " + ", ".join(f"{k} {_gb(v)}" for k, v in parts.items())
-           + (f"; the GPU holds {_gb(capacity)}" if capacity else ""))
-    bar = _bar(parts, capacity, alt)
+    bar = peak_bar(est)
     time = data["time"]
     if time:
         fits += (f"<p>Time to train: <strong>{time['days']:,.1f} days</strong>, "

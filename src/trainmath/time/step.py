@@ -472,3 +472,74 @@ def _data_parallel(z: int, overlap: Overlap, coll, *, n_dp: int, layers: int,
         shown = (max(0.0, ag - L * forward) + gather(per_layer)) if overlap.parameters else ag
         tail = (tail[0] + shown, tail[1] + max(0.0, ag - shown))
     return per_micro[0], per_micro[1], tail[0], tail[1]
+
+
+@dataclass(frozen=True)
+class Zero3Micro:
+    """One micro-batch of ZeRO-3/FSDP data parallelism as :func:`step_time` times it, on one
+    device of a run without a pipeline: a decoder layer's forward and backward compute, the
+    all-gather of its weights and the reduce-scatter of its gradients over the data-parallel
+    group, the root module's (embedding, final norm, LM head) gather and reduce-scatter, and the
+    seconds the prefetch leaves exposed and hides (``_data_parallel``, the module
+    docstring's overlap). Seconds throughout."""
+
+    layers: int
+    forward: float
+    backward: float
+    gather: float
+    reduce: float
+    root_gather: float
+    root_reduce: float
+    exposed: float
+    hidden: float
+
+
+def zero3_micro(model: ModelShape, lay: Layout, *, seq_len: int, micro_batch: int,
+                recompute: str, recipe: str, implementation: str, fabric: Fabric,
+                overlap: Overlap = Overlap(), kernel: str | None = None,
+                sustained: float | None = None) -> Zero3Micro:
+    """The pieces of one ZeRO-3 micro-batch that :func:`step_time` adds up (:class:`Zero3Micro`),
+    for a dense model on a layout without pipeline or context parallelism: the figures a
+    timeline of FSDP's prefetch draws are the estimate's own.
+
+    >>> from trainmath.model.presets import preset
+    >>> from trainmath.parallel.layout import Layout
+    >>> z = zero3_micro(preset("llama-2-7b"), Layout(dp=8), seq_len=4096, micro_batch=1,
+    ...                 recompute="none", recipe="fsdp2", implementation="hf-sdpa",
+    ...                 fabric=Fabric.of("h100-sxm"))
+    >>> z.gather < z.forward  # one layer's gather hides under the layer before it
+    True
+    """
+    if lay.pp != 1 or lay.cp != 1 or model.moe:
+        raise ValueError("zero3_micro times a dense model without pipeline or context "
+                         f"parallelism; got pp={lay.pp}, cp={lay.cp}, moe={model.moe}")
+    r = _recipe(recipe)
+    gpu = fabric.gpu
+    device = Device(gpu, peak_precision(r), attention_kernel(implementation, gpu, kernel),
+                    _implementation(implementation).family,
+                    calibrated_sustained(gpu) if sustained is None else float(sustained), False)
+    (kind,) = distinct_kinds(model)
+    w = layer_work(layer_shape(model, kind), tokens=micro_batch * seq_len, batch=micro_batch,
+                   seq_q=seq_len, seq_kv=seq_len, tp=lay.tp, ep=1,
+                   sequence_parallel=lay.sequence_parallel, recompute=recompute, device=device)
+    groups = _groups(lay, fabric.node_gpus)
+
+    def coll(kind: str, size: float, group: str) -> float:
+        ranks, per_node = groups[group]
+        return collective_time(kind, size, ranks=ranks, ranks_per_node=per_node, gpu=gpu,
+                               fabric=fabric)
+
+    (sp,) = _stage_params(model, lay)
+    L = model.layers
+    forward, backward = w.forward.total, w.backward.total + w.recompute.total
+    wb = r.compute if r.compute == 2 else r.weights
+    g = r.reduce_bytes or r.gradients
+    layer = (sp.layer_sharded + sp.layer_replicated) / L
+    root = sp.embedding + sp.lm_head + sp.final_norm
+    exposed, hidden, _, _ = _data_parallel(
+        3, overlap, coll, n_dp=groups["dp"][0], layers=L, dense_layer=layer, expert_layer=0,
+        root=root, total=sp.total, w=wb, g=g, forward=forward, backward=backward)
+    return Zero3Micro(L, forward, backward, coll("all_gather", layer * wb, "dp"),
+                      coll("reduce_scatter", layer * g, "dp"),
+                      coll("all_gather", root * wb, "dp"), coll("reduce_scatter", root * g, "dp"),
+                      exposed, hidden)

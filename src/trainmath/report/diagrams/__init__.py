@@ -42,7 +42,7 @@ _NUMBER = re.compile(r"(?<![\w.-])[-+]?\d[\d,.]*(?![\w-]*[A-Za-z][\w-]*\d)(?![A-
 
 
 def has_number(text: str) -> bool:
-    """Whether ``text`` states a number (see :data:`_NUMBER`'s comment): names do not count.
+    """Whether ``text`` states a number: names that mix letters and digits do not count.
 
     >>> has_number("ZeRO-3 on 8 GPUs"), has_number("an H100's bf16 peak"), has_number("GPU 3")
     (True, False, True)
@@ -109,6 +109,7 @@ class Diagram:
     alt: str = ""
     labels: list[Label] = field(default_factory=list)
     _parts: list[str] = field(default_factory=list)
+    _classes: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.alt.strip():
@@ -123,19 +124,21 @@ class Diagram:
         """Text centred at (x, y) (``anchor`` "start" or "end" to align it there)."""
         lab = _label(label)
         self.labels.append(lab)
-        colour = "currentColor" if fill == "text" else _fill(fill)
-        self._parts.append(
-            f'<text x="{_n(x)}" y="{_n(y)}" font-size="{_n(size)}" text-anchor="{anchor}" '
-            f'dominant-baseline="central" font-weight="{weight}" fill="{colour}">'
-            f"{html.escape(lab.text)}</text>")
+        # the <svg> sets the defaults (FONT, centred, the text colour): only the rest is written
+        extra = "" if size == FONT else f' font-size="{_n(size)}"'
+        extra += "" if anchor == "middle" else f' text-anchor="{anchor}"'
+        extra += "" if weight == "normal" else f' font-weight="{weight}"'
+        extra += "" if fill == "text" else f' class="{self._class(fill)}"'
+        self._parts.append(f'<text x="{_n(x)}" y="{_n(y)}"{extra}>{html.escape(lab.text)}</text>')
 
     def rect(self, x: float, y: float, w: float, h: float, fill: str = "faint", *,
              stroke: bool = False, dashed: bool = False, rounded: float = 3) -> None:
         """A rectangle (no text)."""
         line = ' stroke="currentColor" stroke-width="1"' if stroke else ""
         dash = ' stroke-dasharray="4 3"' if dashed else ""
+        paint = ' fill="none"' if fill == "none" else f' class="{self._class(fill)}"'
         self._parts.append(f'<rect x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" height="{_n(h)}" '
-                           f'rx="{_n(rounded)}" fill="{_fill(fill)}"{line}{dash}/>')
+                           f'rx="{_n(rounded)}"{paint}{line}{dash}/>')
 
     def box(self, x: float, y: float, w: float, h: float, fill: str = "faint",
             *labels: Label | str, size: float = FONT, stroke: bool = False,
@@ -180,10 +183,21 @@ class Diagram:
         """The diagram as an inline ``<svg>`` element."""
         key = hashlib.sha1((self.title + self.alt).encode()).hexdigest()[:8]
         title = f'<title id="tm-diagram-{key}-title">{html.escape(self.alt)}</title>'
-        return (f'<svg class="tm-chart tm-diagram" viewBox="0 0 {_n(self.width)} '
+        # one rule per fill used, scoped to this figure: a class on each mark instead of the
+        # colour written out on every one keeps a diagram of many boxes small
+        rules = "".join(f".tm-d{key} .{cls}{{fill:{_fill(name)}}}"
+                        for name, cls in sorted(self._classes.items()))
+        style = f"<style>{rules}</style>" if rules else ""
+        return (f'<svg class="tm-chart tm-diagram tm-d{key}" viewBox="0 0 {_n(self.width)} '
                 f'{_n(self.height)}" role="img" aria-labelledby="tm-diagram-{key}-title" '
-                f'style="font-family: var(--font-stack, sans-serif)">{title}'
-                + "".join(self._parts) + "</svg>")
+                f'font-size="{FONT}" text-anchor="middle" dominant-baseline="central" '
+                f'fill="currentColor" style="font-family: var(--font-stack, sans-serif)">'
+                f"{title}{style}" + "".join(self._parts) + "</svg>")
+
+    def _class(self, fill: str) -> str:
+        """The class that paints a mark with ``fill`` (checked: :data:`FILLS`)."""
+        _fill(fill)
+        return self._classes.setdefault(fill, "f-" + fill.replace(" ", "-"))
 
     def _repr_html_(self) -> str:
         caption = f'<figcaption class="tm-diagram-title">{html.escape(self.title)}</figcaption>'
