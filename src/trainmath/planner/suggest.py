@@ -21,7 +21,9 @@ rule of the run refuses (:mod:`trainmath.runs.rules`: a ZeRO stage the recipe do
 selective recomputation with Hugging Face's kernels, a dp that does not divide the global
 batch) is never suggested: the changed :class:`~trainmath.runs.description.Run` checks itself.
 For a pair, the first lever's smallest setting that fits with the second at its largest, then
-the second's smallest with that; both ways round.
+the second's smallest with that; both ways round. A change whose flags include all of another
+change that fits is left out (offload's ``--zero 3`` with ``--recompute full``, when ZeRO-3 and
+recomputation fit without the offload).
 
 **The cost** of a change is the step-time model's (:func:`trainmath.time.step.step_time`, as
 the estimate runs it): the GPU time per trained token, step time × GPUs ÷ (global batch ×
@@ -296,7 +298,9 @@ def suggest(run: Run) -> Suggestions:
             found.append(_suggestion(base, (hit[0],), hit[1]))
     found += _pairs(run, base, alone, search)
     unique = {s.flags: s for s in found}
-    ranked = tuple(sorted(unique.values(), key=_rank))
+    flags = {k: {f for c in s.changes for f in c.flags} for k, s in unique.items()}
+    kept = [s for k, s in unique.items() if not any(flags[j] < flags[k] for j in flags)]
+    ranked = tuple(sorted(kept, key=_rank))
     return Suggestions(base, False, ranked, None, search.count + len(ranked) + 1)
 
 
