@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
 from ..memory.training import Training
@@ -29,7 +29,6 @@ from ..model.shape import ModelShape, modified, shape
 from ..parallel.layout import Batch, Layout, gpus_problems
 from ..planner.candidates import Plan
 from ..planner.search import plan
-from ..planner.suggest import Suggestions, suggest
 from ..problems import Invalid, Problem, check
 from ..report.data import check_json, estimate_json, plan_json
 from ..report.text import render, render_check, render_plan
@@ -41,6 +40,9 @@ from ..checks.loglines import read_log
 from ..checks.oom import read_oom
 from ..time.step import Overlap, Timing
 from .flags import PROG, UsageError, build_parser
+
+if TYPE_CHECKING:
+    from ..planner.suggest import Suggestions
 
 
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn", "vocab")
@@ -158,6 +160,7 @@ def execute(argv: Sequence[str]) -> Outcome:
             result = _check(args)
             out = check_json(result) if args.json else render_check(result)
         elif args.suggest:
+            from ..planner.suggest import suggest  # only here: the command starts faster
             suggestions = suggest(to_run(args))
             result = suggestions.estimate
             out = (estimate_json(result, suggestions) if args.json

@@ -151,6 +151,11 @@ class Suggestions:
     estimates: int
 
     @property
+    def ranking(self) -> str:
+        """The ranking rule, in words (:data:`RANKING`)."""
+        return RANKING
+
+    @property
     def timed(self) -> bool:
         """Whether the run as given is timed (its changes have costs)."""
         return self.estimate.step is not None

@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from ..model.moe import MEASURED_BAND, PUBLISHED_MAX_LOADS
 from ..model.shape import param_breakdown
 from .facts import load_words
 from ..planner.candidates import Candidate, Plan
-from ..planner.suggest import RANKING, Suggestions
 from ..runs.estimates import Estimate
 from ..time.calibration import accuracy
 from ..units import Bytes
+
+if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
+    from ..planner.suggest import Suggestions
 
 
 def _whole(b: Bytes | None) -> int | None:
@@ -114,7 +117,7 @@ def suggestions_dict(s: Suggestions) -> dict:
     h = s.headroom
     return {
         "fits": s.fits,
-        "ranking": RANKING,
+        "ranking": s.ranking,
         "estimates": s.estimates,
         "changes": [{
             "flags": c.flags,

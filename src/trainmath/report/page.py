@@ -10,15 +10,18 @@ from __future__ import annotations
 import html
 import math
 import re
+from typing import TYPE_CHECKING
 
 from ..planner.candidates import Plan
-from ..planner.suggest import RANKING, Suggestions
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from .data import estimate_dict
 from .facts import assumed, change_words, fit, headroom_words, whole
 from .terms import explain
 from .text import SHOWN, render, render_check, render_plan
+
+if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
+    from ..planner.suggest import Suggestions
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -212,7 +215,7 @@ def render_suggestions(s: Suggestions) -> str:
         items += f"<li>and {len(s.changes) - SHOWN} more, which the JSON lists</li>"
     return (f'<div class="tm-calc-suggest"><h3>What to change</h3><p>The smallest setting of '
             "each lever that makes it fit, or of two together where neither does alone; ranked: "
-            f"{escape(RANKING)}.</p><ol>{items}</ol></div>")
+            f"{escape(s.ranking)}.</p><ol>{items}</ol></div>")
 
 
 def render_plan_page(p: Plan, top: int = 10, explain: bool = False) -> str:

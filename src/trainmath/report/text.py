@@ -6,6 +6,7 @@ ranking table with the assumptions behind its times.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..hardware import gpu
 from ..memory.finetune import describe, share
@@ -16,9 +17,11 @@ from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
-from ..planner.suggest import RANKING, Suggestions
 from .facts import (assumed, band_words, change_words, fit, headroom_words, load_words,
                     routing_name, routing_words)
+
+if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
+    from ..planner.suggest import Suggestions
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -129,7 +132,7 @@ def suggestion_lines(s: Suggestions) -> list[str]:
         return ["to make it fit: no change of one or two levers does (trainmath plan ranks every "
                 "layout of a GPU count)"]
     lines = [("to make it fit, the smallest setting of each lever that does, or of two together "
-             f"where neither does alone; ranked: {RANKING}:")]
+             f"where neither does alone; ranked: {s.ranking}:")]
     for i, c in enumerate(s.changes[:SHOWN], 1):
         mark = "" if c.keeps else " (changes what a step trains)"
         lines.append(f"  {i}. {c.flags}{mark}: {c.words}")
