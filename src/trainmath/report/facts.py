@@ -154,6 +154,11 @@ def change_words(s) -> str:
             else f"{whole(-spare).format('GB', 2)} over")
     text = (f"peak {whole(s.peak).format('GB', 2)}, {whole(s.needed).format('GB', 2)} as "
             f"nvidia-smi shows it, {left}")
+    host = s.estimate.host
+    if host.n:  # offload: the CPU memory it needs, as the estimate counts it
+        node = s.estimate.host_per_node
+        text += (f"; CPU memory {whole(host).format('GB', 2)} per GPU"
+                 + ("" if node is None else f", {whole(node).format('GB', 2)} per node"))
     if s.cost is not None:
         text += (f"; step {s.step_seconds:.3g} s on {s.gpus:,} GPU{'s' if s.gpus > 1 else ''}, "
                  f"GPU time per token {s.cost:+.1%}")
@@ -164,14 +169,16 @@ def change_words(s) -> str:
 
 def headroom_words(h, est: Estimate) -> str:
     """What a run that fits has to spare and could buy (a
-    :class:`trainmath.planner.suggest.Headroom`): ``"8.31 GB to spare: the longest sequence
-    that fits is 9,216 tokens (--seq-len), the largest micro-batch 1 (--micro-batch)"``."""
+    :class:`trainmath.planner.suggest.Headroom`): ``"8.02 GB to spare: the longest sequence
+    that fits is 9,216 tokens, now 8,192 (--seq-len); the largest micro-batch 1, now 1
+    (--micro-batch)"``."""
     text = f"{whole(h.spare).format('GB', 2)} to spare"
     if h.longest_seq is None:
         return text + " (a longer sequence or a larger micro-batch needs a model shape and --seq-len)"
-    seq = f"{h.longest_seq:,} tokens" + (" (the most searched)" if h.longest_seq >= h.seq_bound else "")
-    micro = f"{h.largest_micro_batch}" + (" (the most the global batch allows)"
-                                         if h.largest_micro_batch >= h.micro_batch_bound else "")
     now = est.run.batch
-    return (f"{text}: the longest sequence that fits is {seq} (now {now.seq_len:,}; --seq-len), "
-            f"the largest micro-batch {micro} (now {now.micro_batch}; --micro-batch)")
+    seq = f"{h.longest_seq:,} tokens" + (" or more, the most searched"
+                                         if h.longest_seq >= h.seq_bound else "")
+    micro = f"{h.largest_micro_batch}" + (", the most the global batch allows"
+                                         if h.largest_micro_batch >= h.micro_batch_bound else "")
+    return (f"{text}: the longest sequence that fits is {seq}, now {now.seq_len:,} (--seq-len); "
+            f"the largest micro-batch {micro}, now {now.micro_batch} (--micro-batch)")
