@@ -191,3 +191,12 @@ def test_the_calculator_shows_what_to_change():
     assert page["status"] == 0
     assert "What to change" in page["html"] and "--recompute full" in page["html"]
     assert json.loads(page["stdout"])["suggestions"]["changes"][0]["flags"] == "--recompute full"
+
+
+def test_the_page_says_the_room_of_a_run_that_fits():
+    page = json.loads(calculate("estimate", json.dumps(
+        [["model", "llama-3-8b"], ["seq-len", "8192"], ["dp", "8"], ["zero", "3"],
+         ["global-batch", "64"], ["gpu", "h100-sxm"], ["suggest", "on"]])))
+    room = json.loads(page["stdout"])["suggestions"]["headroom"]
+    assert "Room to spare" in page["html"]
+    assert f"the longest sequence that fits is {room['longest_seq_len']:,} tokens" in page["html"]

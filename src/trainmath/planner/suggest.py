@@ -302,6 +302,7 @@ def suggest(run: Run) -> Suggestions:
         else:
             found.append(_suggestion(base, (hit[0],), hit[1]))
     found += _pairs(run, base, alone, search)
+    found = [s for s in found if s.estimate.fits]  # the full estimate has the last word
     unique = {s.flags: s for s in found}
     flags = {k: {f for c in s.changes for f in c.flags} for k, s in unique.items()}
     kept = [s for k, s in unique.items() if not any(flags[j] < flags[k] for j in flags)]
