@@ -113,10 +113,10 @@ def _offload(run: Run) -> list[Change]:
     return out
 
 
-def _doubling(name: str, flag: str, words: str, now: int, top: int, extra=()) -> list[Change]:
+def _doubling(name: str, flag: str, words: str, now: int, top: int) -> list[Change]:
     out, k = [], now * 2
     while k <= top:
-        out.append(Change(name, ((flag, str(k)), *extra), words.format(k=k),
+        out.append(Change(name, ((flag, str(k)),), words.format(k=k),
                           layout=((name, k),)))
         k *= 2
     return out

@@ -74,7 +74,6 @@ MAX_SEQ_LEN = 1 << 20
 MAX_ESTIMATES = 600
 
 
-
 @dataclass(frozen=True)
 class Suggestion:
     """A change (one lever, or two) and the run it gives: its estimate, whether it fits, the
@@ -128,7 +127,8 @@ class Suggestion:
 @dataclass(frozen=True)
 class Headroom:
     """What a run that fits could still do: the memory to spare, the longest sequence and the
-    largest micro-batch that still fit (None when the run has no sequence, or at the bound)."""
+    largest micro-batch that still fit (None when the run has no shape or no sequence; the run's
+    own when nothing larger fits)."""
 
     spare: Bytes
     longest_seq: int | None
