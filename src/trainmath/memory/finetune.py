@@ -23,7 +23,8 @@ The scale α/r multiplies an output and changes no byte. In memory:
   needs it will be computed. So the input of a frozen, untargeted projection is not kept,
   and neither are a frozen norm's normalised input (for its weight's gradient), the frozen
   embedding's token ids, or the LM head's input. Each targeted matrix adds its own: the input
-  of A (x, or x cast to the adapter's format: peft's ``_cast_input_dtype`` makes an fp32 copy
+  of A (x, or x cast to the adapter's format: peft's ``_cast_input_dtype``, a method of
+  ``BaseTunerLayer`` in ``peft/tuners/tuners_utils.py``, makes an fp32 copy
   per targeted module when adapters are fp32; with ``lora_dropout`` > 0 the dropout's output
   and its mask) and A's r-wide output, the input of B (``LoraLayer.forward`` in
   ``peft/tuners/lora/layer.py``: ``lora_B(lora_A(dropout(x))) * scaling``). Without
@@ -43,8 +44,13 @@ dequantised to the compute dtype (bf16) for its matmul and freed after it (one m
 time, a temporary not counted here); bitsandbytes' ``MatMul4Bit`` saves the packed weight, not
 its input, for backward, as a frozen Linear does. Paged AdamW (§3, "Paged Optimizers") puts the
 optimizer states in CUDA unified memory, which the driver evicts to CPU RAM page by page when
-the GPU runs out: it moves the optimizer states off the GPU only under pressure, so this module
-counts them on the GPU (the figure without paging; a spike is absorbed by paging).
+the GPU runs out. This module counts them tensor by tensor (:mod:`trainmath.memory.bnb_optim`:
+only tensors of 100,000 elements or more are paged) and keeps the paged part apart
+(:attr:`AdapterStates.paged_states`): it is outside ``max_memory_allocated()``, in the process's
+figure while resident, and a run fits when everything else does
+(:attr:`trainmath.runs.estimates.Estimate.fits`). The adapter's format and optimizer are the
+run's recipe and optimizer; :mod:`trainmath.memory.finetune_presets` names the recipes QLoRA's
+authors, peft, torchtune and axolotl run.
 """
 
 from __future__ import annotations
