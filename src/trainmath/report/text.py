@@ -41,6 +41,8 @@ def render(est: Estimate) -> str:
     if st is not None:
         base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
                 else "frozen in 16-bit")
+        if r.adapter.norm_dtype == "fp32":
+            base += " (the norms fp32)"
         lines.append(f"fine-tuning: {describe(r.adapter)}: {st.trainable:,} trainable "
                      f"parameters ({float(share(st.trainable, shape)):.2%}), the base "
                      f"{base}, with no gradients or optimizer states")
