@@ -10,6 +10,7 @@ import json
 import math
 from dataclasses import fields
 
+from ..memory.finetune import headline
 from ..model.moe import MEASURED_BAND, PUBLISHED_MAX_LOADS
 from ..model.shape import param_breakdown
 from .facts import load_words
@@ -95,7 +96,9 @@ def estimate_dict(e: Estimate) -> dict:
             "adapter": None if r.adapter is None else {
                 "method": r.adapter.method, "rank": r.adapter.rank,
                 "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
-                "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
+                "double_quant": r.adapter.double_quant if r.adapter.quantized else None,
+                "norm_dtype": r.adapter.norm_dtype,
+                "headline": headline(r.adapter, r.training.recipe, r.training.optimizer)},
         },
     }
 
@@ -127,7 +130,8 @@ def _device_dict(d) -> dict:
             "bands": {"reserved": _band(d.reserved), "process": _band(d.process),
                       "reserved_expandable_segments": _band(d.reserved_expandable)},
             "outside_allocator": {name: {**_band(b), "what": what} for name, what, b in d.outside},
-            "communicators": [{"group": g, "ranks": r} for g, r in d.communicators]}
+            "communicators": [{"group": g, "ranks": r} for g, r in d.communicators],
+            "paged_optimizer_states": _whole(d.paged)}
 
 
 def _timing_dict(t) -> dict:

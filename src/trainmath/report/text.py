@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..hardware import gpu
-from ..memory.finetune import describe, share
+from ..memory.finetune import describe, headline, share
 from ..memory.recipes import recipe
 from ..memory.sharding import OFFLOAD_ALIASES
 from ..model.moe import active_params
@@ -26,6 +26,9 @@ def render(est: Estimate) -> str:
     name = "--params" if shape is None else shape.name
     lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
              f"({t.optimizer_impl} step), ZeRO stage {t.zero_stage}"]
+    if r.adapter is not None:  # what is trained and what is frozen, never just "recipe fp32"
+        lines = [f"{name}: {est.params:,} parameters, fine-tuned: "
+                 f"{headline(r.adapter, t.recipe, t.optimizer)} ({t.optimizer_impl} step)"]
     if shape is not None and shape.moe:
         lines.append(f"mixture of experts: {shape.experts} experts, top {shape.experts_per_token}"
                      + (f", {shape.shared_experts} shared" if shape.shared_experts else "")
@@ -38,6 +41,8 @@ def render(est: Estimate) -> str:
     if st is not None:
         base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
                 else "frozen in 16-bit")
+        if r.adapter.norm_dtype == "fp32":
+            base += " (the norms fp32)"
         lines.append(f"fine-tuning: {describe(r.adapter)}: {st.trainable:,} trainable "
                      f"parameters ({float(share(st.trainable, shape)):.2%}), the base "
                      f"{base}, with no gradients or optimizer states")
@@ -203,14 +208,16 @@ def _device_lines(est: Estimate, row) -> list[str]:
     if d is None:
         return []
     out = ["on the GPU, as PyTorch and nvidia-smi count it (typical, and the band measured):",
-           row("allocated", d.allocated) + "   max_memory_allocated(): the tensors' peak",
+           row("allocated", d.allocated) + "   max_memory_allocated(): the tensors' peak"
+           + (" (not the paged states)" if d.paged.n else ""),
            row("reserved", d.reserved.typical) + f"   max_memory_reserved(): "
            f"{d.reserved.low.format('GB', 1)}–{d.reserved.high.format('GB', 1)} (fragmentation)",
            row("  expandable", d.reserved_expandable.typical) + "   the same with "
            "expandable_segments:True"]
     for name, what, band in d.outside:
         spread = (f": {band.low.format('GB', 2)}–{band.high.format('GB', 2)}"
-                  if band.low != band.high else " (one measurement)")
+                  if band.low != band.high else "" if name == "paged"
+                  else " (one measurement)")
         out.append(row(f"  + {name}", band.typical) + f"   {what}{spread}")
     out.append(row("process", d.process.typical) + "   what nvidia-smi shows: "
                f"{d.process.low.format('GB', 1)}–{d.process.high.format('GB', 1)}")

@@ -260,9 +260,16 @@ class Estimate:
         return _typical_process(self) + self.run.overhead
 
     @property
+    def paged(self) -> Bytes:
+        """A paged optimizer's states in CUDA managed memory, which the driver evicts to CPU
+        memory when the GPU runs out (:mod:`trainmath.memory.bnb_optim`); 0 B for the rest."""
+        return Bytes(0) if self.on_device is None else self.on_device.paged
+
+    @property
     def fits(self) -> bool | None:
-        """Whether the process's memory (:attr:`needed`) fits the GPU's; None without a GPU."""
-        return None if self.run.gpu is None else self.needed <= self.run.gpu.memory
+        """Whether the process's memory (:attr:`needed`) fits the GPU's, less the paged
+        optimizer states the driver can evict (:attr:`paged`); None without a GPU."""
+        return None if self.run.gpu is None else self.needed - self.paged <= self.run.gpu.memory
 
     @property
     def host_per_node(self) -> Bytes | None:
@@ -545,11 +552,12 @@ def _typical_process(est: "Estimate") -> Bytes:
     return est.peak.bytes if d is None else d.process.typical
 
 
-def _on_device(run: Run, peak: StepPeak) -> OnDevice:
-    """The three counters of the step's peak on the run's GPU."""
+def _on_device(run: Run, peak: StepPeak, paged: Bytes = Bytes(0)) -> OnDevice:
+    """The three counters of the step's peak on the run's GPU (``paged``: its paged optimizer
+    states, outside the allocator)."""
     kind = None if run.gpu is None else run.gpu.kind
     node = run.gpus_per_node or run.timing.node_gpus or 8
-    return on_device(peak.bytes, gpu=kind, layout=run.layout, node_gpus=node)
+    return on_device(peak.bytes, gpu=kind, layout=run.layout, node_gpus=node, paged=paged)
 
 
 def _step(run: Run) -> StepPrediction | None:
@@ -642,6 +650,7 @@ def _adapter_estimate(run: Run) -> Estimate:
                                      states=states, activations=stage))
     kinds = adapter_derivations(shape, a, recipe(t.recipe), t.optimizer, states)
     return Estimate(run=run, stages=(device,), device=device, layer=layer, microbatches=None,
-                    bubble=None, peak=peak, saved=(stage,), on_device=_on_device(run, peak),
+                    bubble=None, peak=peak, saved=(stage,),
+                    on_device=_on_device(run, peak, states.paged_states),
                     derivations=_derivations(run, kinds, device, device, stage, peak=peak,
                                              peak_stage=0, host=Bytes(0), time=None))
