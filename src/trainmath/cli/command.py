@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
+from ..memory.offload import Tiers
 from ..memory.training import Training
 from ..model.hfconfig import load_config
 from ..model.moe import Routing
@@ -118,6 +119,7 @@ def to_run(args: argparse.Namespace) -> Run:
         gpus_per_node=args.gpus_per_node,
         timing=_timing(args),
         adapter=_adapter(args),
+        tiers=Tiers(args.offload_to, args.host_memory, args.nvme),
     )
 
 
