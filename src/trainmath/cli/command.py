@@ -21,6 +21,7 @@ from typing import Sequence
 
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
 from ..memory.finetune_presets import adapter_preset
+from ..memory.offload import Tiers
 from ..memory.training import Training
 from ..model.hfconfig import load_config
 from ..model.moe import Routing
@@ -145,6 +146,7 @@ def to_run(args: argparse.Namespace) -> Run:
         gpus_per_node=args.gpus_per_node,
         timing=_timing(args),
         adapter=_adapter(args),
+        tiers=Tiers(args.offload_to, args.host_memory, args.nvme),
     )
 
 

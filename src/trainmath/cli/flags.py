@@ -30,6 +30,7 @@ from ..memory.finetune import METHODS, NORM_DTYPES, TARGETS, parse_targets
 from ..memory.finetune_presets import ADAPTER_PRESETS
 from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
+from ..memory.offload import OFFLOAD_DEVICES
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
 from ..model.hfconfig import COMPOSITE, FAMILIES
 from ..model.moe import EXPERT_LOADS
@@ -409,6 +410,16 @@ FLAGS: tuple[Flag, ...] = (
          metavar="WHAT"),
     Flag(("--gpus-per-node",), _EST, "extras", "GPUs on one node: the CPU memory offload needs per "
          "node", parse=parse_positive, metavar="N"),
+    Flag(("--offload-to",), _EST, "extras", "cpu or nvme: where the offloaded states go, "
+         "DeepSpeed's offload device (nvme: ZeRO-Infinity, ZeRO stage 3; CPU memory then holds "
+         "the pinned swap buffers). Default cpu", choices=OFFLOAD_DEVICES, what="offload device",
+         default="cpu", metavar="TIER"),
+    Flag(("--host-memory",), _EST, "extras", "CPU memory of one node, e.g. 1.5TB: the verdict "
+         "checks that it holds what offload puts there (needs --gpus-per-node)",
+         parse=parse_memory, metavar="SIZE"),
+    Flag(("--nvme",), _EST, "extras", "NVMe capacity of one node, e.g. 30TB: the verdict checks "
+         "that it holds what --offload-to nvme puts there (needs --gpus-per-node)",
+         parse=parse_memory, metavar="SIZE"),
     Flag(("--tokens",), _EST, "extras", "tokens to train on (15T, 2e12): FLOPs per token, time and "
          "GPU-hours on the run's GPUs; needs --gpu, and --mfu or the predicted step (a shape, "
          "--seq-len, --global-batch)", parse=parse_tokens, metavar="N"),

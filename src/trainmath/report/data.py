@@ -55,7 +55,11 @@ def estimate_dict(e: Estimate) -> dict:
         "fits": e.fits,
         "overhead": _whole(e.overhead),
         "needed": _whole(e.needed - e.overhead) + _whole(e.overhead),
-        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node)},
+        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node),
+                 "offload_to": e.run.tiers.offload_to,
+                 "tiers": [{"tier": t.name, "need": _whole(t.need), "capacity": _whole(t.capacity),
+                            "fits": t.fits} for t in e.tiers],
+                 "decided_by": None if e.deciding_tier is None else e.deciding_tier.name},
         "on_device": None if e.on_device is None else _device_dict(e.on_device),
         "step": None if e.step is None else _step_dict(e.step),
         "time": None if time is None else {

@@ -88,7 +88,7 @@ def fit(est: Estimate) -> Fit | None:
             where = f"one {g.name} with {capacity} (--gpu-memory)"
     at = ("the process's memory, as nvidia-smi shows it"
           + (", with the overhead" if est.overhead.n else ""))
-    return Fit(bool(est.fits), capacity, needed, where, at, whole(est.paged))
+    return Fit(bool(est.gpu_fits), capacity, needed, where, at, whole(est.paged))
 
 
 def load_words(load: str, routing: Routing) -> str:

@@ -190,7 +190,8 @@ def _host_lines(est: Estimate) -> list[str]:
     flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
     moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
              else "every sharded state")
-    lines = [f"CPU memory (--offload {flag}: {moved}):",
+    tier = "NVMe" if est.run.tiers.offload_to == "nvme" else "CPU memory"
+    lines = [f"{tier} (--offload {flag}: {moved}):",
              f"  per device       {Bytes(math.ceil(est.host.n)).format('GB', 2):>12}  "
              f"{Bytes(math.ceil(est.host.n)).format('GiB', 2):>12}"]
     if est.host_per_node is not None:
@@ -198,6 +199,32 @@ def _host_lines(est: Estimate) -> list[str]:
         node = Bytes(math.ceil(est.host_per_node.n))
         lines.append(f"  per node         {node.format('GB', 2):>12}  {node.format('GiB', 2):>12}"
                      f"   ({n} GPU{'s' if n > 1 else ''})")
+    lines.extend(_tier_lines(est))
+    return lines
+
+
+def _tier_lines(est: Estimate) -> list[str]:
+    """Each tier of the node against its capacity (--offload-to, --host-memory, --nvme), and the
+    tier that decides the verdict; nothing when the run gives no tier's capacity."""
+    tiers = est.tiers
+    if len(tiers) == 1 or not any(t.capacity is not None for t in tiers[1:]):
+        return []
+    to = est.run.tiers.offload_to
+    lines = [f"tiers (--offload-to {to}" + (": the states on NVMe, DeepSpeed's pinned swap "
+             "buffers in CPU memory):" if to == "nvme" else ": every offloaded byte in CPU memory):")]
+    for t in tiers:
+        need = Bytes(math.ceil(t.need.n)).format("GB", 2)
+        where = "per device" if t.name == "GPU" else "per node"
+        if t.fits is None:
+            said = "capacity not given: not checked"
+        else:
+            cap = Bytes(math.ceil(t.capacity.n)).format("GB", 2)
+            said = f"of {cap}: " + ("holds it" if t.fits else "does not hold it")
+        lines.append(f"  {t.name:<12}{need:>14}  {where}, {said}")
+    d = est.deciding_tier
+    unchecked = [t.name for t in tiers if t.fits is None and t.need.n]
+    lines.append(("fits" if est.fits else "does not fit") + f": decided by {d.name}"
+                 + (f" ({', '.join(unchecked)} not checked)" if unchecked else ""))
     return lines
 
 

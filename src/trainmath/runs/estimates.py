@@ -51,6 +51,7 @@ from ..memory.activations import LayerActivations
 from ..derivations import Derivation, bytes_text
 from ..memory.finetune import AdapterStates, _adapter_states, adapter_derivations
 from ..memory.device import OnDevice, on_device
+from ..memory.offload import Tier, tier_needs, verdict
 from ..memory.peak import GatheredUnits, StepPeak, _step_peak
 from ..memory.recipes import bytes_per_param, peak_precision, recipe
 from ..memory.sharding import _zero_states
@@ -266,10 +267,30 @@ class Estimate:
         return Bytes(0) if self.on_device is None else self.on_device.paged
 
     @property
-    def fits(self) -> bool | None:
+    def gpu_fits(self) -> bool | None:
         """Whether the process's memory (:attr:`needed`) fits the GPU's, less the paged
         optimizer states the driver can evict (:attr:`paged`); None without a GPU."""
         return None if self.run.gpu is None else self.needed - self.paged <= self.run.gpu.memory
+
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        """Each memory tier's need and capacity: the GPU (per device; capacity None without a
+        GPU), and with offload the node's CPU memory and NVMe (:func:`trainmath.memory.offload.tier_needs`;
+        capacity None where the run does not give it). Every device of a node is
+        counted as the fullest one."""
+        return _tiers(self.run, self.host, self.device, self.needed - self.paged)
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether every tier given holds its part (:attr:`tiers`): the GPU's memory and, with
+        offload, the node's CPU memory and NVMe; None when none is given."""
+        return verdict(self.tiers)[0]
+
+    @property
+    def deciding_tier(self) -> Tier | None:
+        """The tier that decides :attr:`fits`: the first that does not hold its part, else the
+        one with the least to spare; None when none is given."""
+        return verdict(self.tiers)[1]
 
     @property
     def host_per_node(self) -> Bytes | None:
@@ -485,6 +506,9 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     out.append(_device_derivation(shown))
     if run.gpu is not None:
         out.append(_fit_derivation(run, shown))
+    tiers = _tiers(run, host, device, Bytes(math.ceil(shown.process.typical.n)) + run.overhead)
+    if len(tiers) > 1 and verdict(tiers)[0] is not None:
+        out.append(_tier_derivation(run, tiers))
     if step is not None:
         out.append(_step_derivation(run, step))
     if time is not None:
@@ -530,6 +554,47 @@ def _fit_derivation(run: Run, d: OnDevice) -> Derivation:
     source = ("the usable memory nvidia-smi reports (trainmath.hardware.GpuMemory)"
               if run.gpu.kind else "the memory given")
     return Derivation("fits", formula, inputs, arithmetic, None, None, source, "fits")
+
+
+def _tiers(run: Run, host: Bytes, device: DeviceMemory, needed: Bytes) -> tuple[Tier, ...]:
+    """:attr:`Estimate.tiers` of a run whose fullest device needs ``needed`` on the GPU and
+    offloads ``host``."""
+    gpu = Tier("GPU", needed, None if run.gpu is None else run.gpu.memory)
+    t, tiers, n = run.training, run.tiers, run.gpus_per_node
+    if t.offload == "none" or n is None:
+        return (gpu,)
+    cpu, nvme = tier_needs(host, offload_to=tiers.offload_to, offload=t.offload,
+                           gpus=min(n, run.layout.gpus),
+                           partition_params=math.ceil(device.params / device.zero_group),
+                           weight_bytes=recipe(t.recipe).weights)
+    return gpu, Tier("CPU memory", cpu, tiers.host_memory), Tier("NVMe", nvme, tiers.nvme)
+
+
+def _tier_derivation(run: Run, tiers: tuple[Tier, ...]) -> Derivation:
+    """The verdict over the tiers: each one's need against its capacity, and the one that
+    decides."""
+    ok, deciding = verdict(tiers)
+    node = min(run.gpus_per_node, run.layout.gpus)
+    inputs = tuple((t.name, ("per device" if t.name == "GPU" else f"per node of {node} GPUs")
+                    + f": {bytes_text(math.ceil(t.need.n))} needed, "
+                    + ("capacity not given" if t.capacity is None else
+                       f"{bytes_text(math.ceil(t.capacity.n))} there"))
+                   for t in tiers)
+    arithmetic = "; ".join(
+        f"{t.name} {bytes_text(math.ceil(t.need.n))} "
+        + ("(not checked)" if t.fits is None else ("≤ " if t.fits else "> ")
+           + bytes_text(math.ceil(t.capacity.n)))
+        for t in tiers)
+    what = "every tier holds its part" if ok else "does not fit"
+    arithmetic += f": {what}; decided by {deciding.name}" if deciding else ""
+    to = run.tiers.offload_to
+    return Derivation(
+        "tiers", "need ≤ capacity, for the GPU, the node's CPU memory and its NVMe", inputs,
+        arithmetic, None, None,
+        f"offload to {to}: " + ("every offloaded byte in CPU memory" if to == "cpu" else
+                                "the offloaded states on NVMe, DeepSpeed's pinned swap buffers "
+                                "in CPU memory (deepspeed/runtime/zero/offload_config.py, "
+                                "swap_tensor/, v0.19.5)"), "fits")
 
 
 def _time_derivation(time: TrainingTime) -> Derivation:
