@@ -310,3 +310,13 @@ def test_existing_presets_keep_their_counts_and_gain_no_new_field_values():
         m = preset(name)
         assert (m.head_width, m.qkv_bias, m.rotary_dim, m.experts) == (0, False, 0, 0)
         assert m.q_dim == m.hidden and param_breakdown(m).active == param_count(m)
+
+
+def test_the_families_with_their_own_code_are_those_the_activations_count():
+    """hfconfig names a shape's hf_family for exactly the families whose transformers code
+    trainmath.memory.hf_families describes (the model layer cannot import the memory layer, so
+    the list is written twice and held equal here)."""
+    from trainmath.memory.hf_families import HF_FAMILIES
+    from trainmath.model.hfconfig import FAMILIES, OWN_CODE
+    assert set(OWN_CODE) == set(HF_FAMILIES) - {""}
+    assert set(OWN_CODE) <= set(FAMILIES)

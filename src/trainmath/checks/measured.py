@@ -143,10 +143,9 @@ def estimate_of(config: dict) -> Estimate:
                         dp=config["dp"], optimizer_impl=impl, **kw))
 
 
-def _layer_of(config: dict, index: int) -> LayerActivations:
-    """The library's tensors for decoder layer ``index`` of a "saved" configuration: those of
-    its kind (:func:`~trainmath.model.shape.layer_shape`)."""
-    m = shape_of(config)
+def _layer_of(config: dict, m: ModelShape, index: int) -> LayerActivations:
+    """The library's tensors for decoder layer ``index`` of a "saved" configuration of shape
+    ``m``: those of its kind (:func:`~trainmath.model.shape.layer_shape`)."""
     return layer_activations(layer_shape(m, layer_kinds(m)[index]), config["s"], config["b"],
                              implementation=MEASURED_IMPLEMENTATIONS[config["implementation"]],
                              autocast=config["precision"] == "autocast-bf16")
@@ -184,8 +183,9 @@ def compare(config: dict) -> list[Comparison]:
     cid, m = config["id"], config["measured"]
     if config["kind"] == "saved":
         if "layer_groups" in m:  # layers of several kinds: each group against its kind
+            shape = e.run.shape
             layers = [Comparison(cid, "activations", _layers_named(g["layers"]), g["bytes"],
-                                 _whole(_layer_of(config, g["layers"][0]).total))
+                                 _whole(_layer_of(config, shape, g["layers"][0]).total))
                       for g in m["layer_groups"]]
         else:
             layers = [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],

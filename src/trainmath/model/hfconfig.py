@@ -332,6 +332,17 @@ def _global_period(k: _Keys, types_key: str, local_names: tuple[str, ...], defau
     return period
 
 
+def _every_other_window(k: _Keys) -> dict[str, Any]:
+    """A sliding window on alternate layers (Gemma 2's and gpt-oss's ``layer_types``, every
+    other one "sliding_attention" by default): the window and the global period; none without
+    ``sliding_window``."""
+    window = k.get("sliding_window", None)
+    if window is None:
+        return {}
+    return dict(sliding_window=k.whole("sliding_window", window),
+                global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
+
+
 def _qwen3(k: _Keys) -> dict[str, Any]:
     out = _llama_like(k)
     k.refuse("attention_bias", False, "biases on q, k, v and o only")
@@ -383,13 +394,9 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
 
 def _gemma2(k: _Keys) -> dict[str, Any]:
     out = _gemma(k)
-    window = k.get("sliding_window", None)
     out.update(norm_placement="sandwich",  # Gemma2DecoderLayer: four norms
                attention_softcap=k.number("attn_logit_softcapping"),
-               final_softcap=k.number("final_logit_softcapping"))
-    if window is not None:
-        out.update(sliding_window=k.whole("sliding_window", window),
-                   global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
+               final_softcap=k.number("final_logit_softcapping"), **_every_other_window(k))
     return out
 
 
@@ -448,11 +455,8 @@ def _gpt_oss(k: _Keys) -> dict[str, Any]:
     _top_k(experts, top_k, "num_local_experts")
     out.update(kv_heads=kv, head_width=width, mlp="swiglu", bias=True, attention_sinks=True,
                tied_embeddings=k.flag("tie_word_embeddings", False), experts=experts,
-               experts_per_token=top_k, expert_ffn=k.size("intermediate_size"))
-    window = k.get("sliding_window", None)
-    if window is not None:
-        out.update(sliding_window=k.whole("sliding_window", window),
-                   global_every=_global_period(k, "layer_types", ("sliding_attention",), 2))
+               experts_per_token=top_k, expert_ffn=k.size("intermediate_size"),
+               **_every_other_window(k))
     return out
 
 

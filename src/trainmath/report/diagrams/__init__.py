@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -159,7 +160,6 @@ class Diagram:
         self._parts.append(f'<line x1="{_n(x1)}" y1="{_n(y1)}" x2="{_n(x2)}" y2="{_n(y2)}" '
                            f'stroke="{colour}" stroke-width="{_n(width)}"{dash}/>')
         if arrow:
-            import math
             angle = math.atan2(y2 - y1, x2 - x1)
             size = 6
             left = (x2 - size * math.cos(angle - 0.45), y2 - size * math.sin(angle - 0.45))

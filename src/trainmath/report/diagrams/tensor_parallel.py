@@ -18,7 +18,7 @@ after. The bytes are one activation of tokens × h in 16 bits; the seconds are
 
 from __future__ import annotations
 
-from ...model.shape import ModelShape
+from ...model.shape import GATED_MLPS, ModelShape
 from ...time.network import collective_time, Fabric
 from ...units import Bytes, positive_int
 from . import Diagram, Label
@@ -58,11 +58,11 @@ def mlp_split_diagram(model: ModelShape, *, tp: int, tokens: int, gpu: str = "h1
     across nodes."""
     tp = _split_check(model, tp)
     f = model.ffn // tp
-    up = 2 * f if model.mlp == "swiglu" else f
+    up = 2 * f if model.mlp in GATED_MLPS else f  # a gated MLP's gate and up columns
     act = activation_bytes(model, tokens)
     nv = tp_collective("all_reduce", model, tp, tokens, gpu=gpu)
     ib = tp_collective("all_reduce", model, tp, tokens, gpu=gpu, inside_node=False)
-    fn = "SwiGLU" if model.mlp == "swiglu" else "GeLU"
+    fn = {"swiglu": "SwiGLU", "geglu": "GeGLU"}.get(model.mlp, "GeLU")
     d = Diagram("Tensor parallelism in the MLP: columns, then rows, then one all-reduce",
                 height=276,
                 alt=f"{model.name}'s MLP split over tp = {tp} GPUs: each GPU holds {up:,} of the "
