@@ -59,7 +59,12 @@ def estimate_dict(e: Estimate) -> dict:
                  "offload_to": e.run.tiers.offload_to,
                  "tiers": [{"tier": t.name, "need": _whole(t.need), "capacity": _whole(t.capacity),
                             "fits": t.fits} for t in e.tiers],
-                 "decided_by": None if e.deciding_tier is None else e.deciding_tier.name},
+                 "decided_by": None if e.deciding_tier is None else e.deciding_tier.name,
+                 "pcie": None if e.pcie is None else {
+                     "to_gpu": _whole(e.pcie.to_gpu), "to_host": _whole(e.pcie.to_host),
+                     "bytes_per_second_each_way": e.pcie.rate,
+                     "seconds_at_least": None if e.pcie.seconds is None else _sig(e.pcie.seconds),
+                     "cpu_optimizer_step_timed": False}},
         "on_device": None if e.on_device is None else _device_dict(e.on_device),
         "step": None if e.step is None else _step_dict(e.step),
         "time": None if time is None else {

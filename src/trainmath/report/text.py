@@ -199,7 +199,22 @@ def _host_lines(est: Estimate) -> list[str]:
         node = Bytes(math.ceil(est.host_per_node.n))
         lines.append(f"  per node         {node.format('GB', 2):>12}  {node.format('GiB', 2):>12}"
                      f"   ({n} GPU{'s' if n > 1 else ''})")
+    lines.extend(_pcie_lines(est))
     lines.extend(_tier_lines(est))
+    return lines
+
+
+def _pcie_lines(est: Estimate) -> list[str]:
+    """What offload sends over PCIe each step, and the least time it takes at the GPU's link."""
+    t = est.pcie
+    up, down = Bytes(math.ceil(t.to_gpu.n)), Bytes(math.ceil(t.to_host.n))
+    lines = [f"  over PCIe        {up.format('GB', 2):>12}  to the GPU, {down.format('GB', 2)} "
+             "to the host, each step"]
+    if t.seconds is None:
+        lines.append("    not timed: the GPU kind's PCIe rate is not known (give --gpu)")
+    else:
+        lines += [f"    at least {t.seconds:.2f} s at {t.rate / 1e9:g} GB/s each way; the CPU's "
+                  "optimizer step is not timed", f"    ({t.rate_source})"]
     return lines
 
 

@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from ..hardware import Peak, gpu as _accelerator
+from ..hardware import Peak, gpu as _accelerator, pcie
 from ..memory.activations import LayerActivations
 from ..derivations import Derivation, bytes_text
 from ..memory.finetune import AdapterStates, _adapter_states, adapter_derivations
@@ -68,6 +68,7 @@ from ..parallel.schedules import _bubble
 from ..memory.recipes import peak_precision_problems
 from ..time.flops import flops_per_token, time_to_train
 from ..time.network import Fabric
+from ..time.offload import OffloadTraffic, offload_traffic
 from ..time.step import StepTime, Timing, attention_kernel, groups, step_time
 from .rules import untimed_reason
 from ..units import Bytes
@@ -291,6 +292,20 @@ class Estimate:
         """The tier that decides :attr:`fits`: the first that does not hold its part, else the
         one with the least to spare; None when none is given."""
         return verdict(self.tiers)[1]
+
+    @property
+    def pcie(self) -> OffloadTraffic | None:
+        """What offload sends over PCIe each step from the fullest device, and the least time
+        at its GPU kind's link (:mod:`trainmath.time.offload`); None without offload."""
+        t = self.training
+        if t.offload == "none":
+            return None
+        r = recipe(t.recipe)
+        link = None if self.run.gpu is None or self.run.gpu.kind is None else pcie(self.run.gpu.kind)
+        return offload_traffic(t.offload, Fraction(self.device.params, self.device.zero_group),
+                               weight_bytes=r.weights, gradient_bytes=r.gradients,
+                               rate=None if link is None else link[0],
+                               rate_source="" if link is None else link[1])
 
     @property
     def host_per_node(self) -> Bytes | None:
