@@ -49,4 +49,4 @@ def test_wider_adapters_cost_more_in_the_same_order_as_published():
 
 def test_a_bad_metric_is_refused_with_the_accepted_ones():
     with pytest.raises(ValueError, match="reserved"):
-        tm.Reading("x", "t", "s", "c", "peak", Bytes(GB), {"model": "llama-2-7b"})
+        tm.Reading("x", "x", "t", "s", "u", "c", "peak", Bytes(GB), {"model": "llama-2-7b"})

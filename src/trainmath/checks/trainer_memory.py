@@ -56,8 +56,10 @@ class Reading:
     """One published peak: who printed it, where, which figure, and the run it is of."""
 
     id: str
+    label: str
     trainer: str
     source: str
+    url: str
     config: str
     metric: str
     value: Bytes
@@ -92,8 +94,8 @@ class Compared:
 def readings(path: Path = DATA) -> tuple[Reading, ...]:
     """Every reading in ``path`` (the project's file by default)."""
     rows = json.loads(Path(path).read_text(encoding="utf-8"))["readings"]
-    return tuple(Reading(r["id"], r["trainer"], r["source"], r["config"], r["metric"],
-                         parse_bytes(r["value"]), r["run"], r.get("not_modelled", ""))
+    return tuple(Reading(r["id"], r["label"], r["trainer"], r["source"], r["url"], r["config"],
+                         r["metric"], parse_bytes(r["value"]), r["run"], r.get("not_modelled", ""))
                  for r in rows)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..hardware import gpu
+from ..hardware import PCIE, gpu
 from ..memory.finetune import describe, headline, share
 from ..memory.recipes import recipe
 from ..memory.sharding import OFFLOAD_ALIASES
@@ -211,7 +211,7 @@ def _pcie_lines(est: Estimate) -> list[str]:
     lines = [f"  over PCIe        {up.format('GB', 2):>12}  to the GPU, {down.format('GB', 2)} "
              "to the host, each step"]
     if t.seconds is None:
-        lines.append("    not timed: the GPU kind's PCIe rate is not known (give --gpu)")
+        lines.append("    not timed: the PCIe rate is known for --gpu " + ", ".join(PCIE))
     else:
         lines += [f"    at least {t.seconds:.2f} s at {t.rate / 1e9:g} GB/s each way; the CPU's "
                   "optimizer step is not timed", f"    ({t.rate_source})"]
