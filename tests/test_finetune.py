@@ -160,7 +160,8 @@ def test_an_adapter_run_assumes_peft_s_defaults():
 def test_the_json_says_the_adapter_and_its_split():
     d = estimate_dict(estimate(run("llama-2-7b", seq_len=2048, adapter=Adapter("qlora", 64, "all"))))
     assert d["inputs"]["adapter"] == {"method": "qlora", "rank": 64, "targets": list(ALL_LINEAR),
-                                      "dropout": 0.0, "double_quant": True}
+                                      "dropout": 0.0, "double_quant": True, "norm_dtype": "16-bit",
+                                      "headline": "frozen base NF4, adapters fp32, AdamW"}
     assert d["finetune"]["trainable_params"] == 159_907_840
     assert d["per_device"]["weights"] == d["finetune"]["frozen_weights"] + d["finetune"]["adapter_weights"]
     assert estimate_dict(estimate(run("llama-2-7b")))["finetune"] is None

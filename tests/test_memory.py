@@ -47,14 +47,15 @@ def test_every_combination_is_known():
         "fp32", "fp16-mixed", "bf16-mixed", "bf16"]
     assert [name for name, r in RECIPES.items() if r.framework] == [
         "megatron", "deepspeed", "bf16-master", "bf16-master-free", "amp", "fsdp2", "fp8-te"]
-    assert set(OPTIMIZERS) == {"adam", "adamw", "sgd", "sgd-momentum", "adam-8bit"}
+    assert set(OPTIMIZERS) == {"adam", "adamw", "sgd", "sgd-momentum", "adam-8bit", "adamw-8bit",
+                               "paged-adamw-8bit", "paged-adamw-32bit"}
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"precision": "fp8-mixed"}, "unknown recipe 'fp8-mixed'; accepted: fp32, fp16-mixed, bf16-mixed, bf16, megatron, deepspeed, bf16-master, bf16-master-free, amp, fsdp2, fp8-te, zero-paper"),
-        ({"optimizer_name": "lion"}, "unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit"),
+        ({"optimizer_name": "lion"}, "unknown optimizer 'lion'; accepted: adam, adamw, sgd, sgd-momentum, adam-8bit, adamw-8bit, paged-adamw-8bit, paged-adamw-32bit"),
     ],
 )
 def test_unknown_names(kwargs, message):

@@ -75,7 +75,7 @@ def test_modified_preset():
 
 def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown model preset 'llama-9'; accepted: llama-2-7b, llama-2-70b, llama-3-8b, "
-                       "llama-3-70b, mistral-7b, gpt3-175b, llama-3-405b, megatron-gpt-1.7b, "):
+                       "llama-3-70b, llama-33b, llama-65b, mistral-7b, gpt3-175b, llama-3-405b, megatron-gpt-1.7b, "):
         preset("llama-9")
     assert "llama-2-7b" in PRESETS
 
@@ -98,6 +98,7 @@ def test_preset_counts_are_the_published_ones(name, published):
 
 def test_every_preset_names_its_source():
     assert set(PRESETS) == {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
+                            "llama-33b", "llama-65b",
                             "mistral-7b", "gpt3-175b", "llama-3-405b", "megatron-gpt-1.7b", "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b", "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b", "megatron-gpt-1t", "megatron-gpt-22b", "megatron-gpt-175b", "mixtral-8x7b",
                             "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-2-9b",
                             "gpt-oss-20b"}

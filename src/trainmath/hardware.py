@@ -299,3 +299,28 @@ INTERCONNECTS: dict[str, Interconnect] = {
 def interconnect(key: str) -> Interconnect:
     """The default node and links for GPU kind ``key`` (one of :data:`INTERCONNECTS`)."""
     return INTERCONNECTS[choice("GPU", key, INTERCONNECTS)]
+
+
+#: PCIe between one GPU and its host, bytes/s each way: half the bidirectional x16 figure the
+#: vendor's datasheet prints ("PCIe Gen4: 64GB/s" for A100, "PCIe Gen5: 128GB/s" for H100,
+#: H800 and H200). What a copy reaches is lower: 55.4 GB/s host to device on an H200
+#: (nvbandwidth, stas00/ml-engineering network/README.md). Kinds absent here are not known.
+#:
+#: :meta hide-value:
+PCIE: dict[str, tuple[float, str]] = {
+    "a100-sxm": (32 * GB, "NVIDIA A100 datasheet: PCIe Gen4 64GB/s (both directions)"),
+    "a100-40gb": (32 * GB, "NVIDIA A100 datasheet: PCIe Gen4 64GB/s (both directions)"),
+    "h100-sxm": (64 * GB, "NVIDIA H100 datasheet: PCIe Gen5 128GB/s (both directions)"),
+    "h800": (64 * GB, "NVIDIA H800 datasheet as public copies quote it: PCIe Gen5 128GB/s"),
+    "h200": (64 * GB, "NVIDIA H200 datasheet: PCIe Gen5 128GB/s (both directions)"),
+}
+
+
+def pcie(key: str) -> tuple[float, str] | None:
+    """Bytes/s each way between a GPU of kind ``key`` and its host, and the source; None for a
+    kind whose link is not in :data:`PCIE`. ``key`` must be a GPU kind (aliases resolved).
+
+    >>> pcie("h100-sxm")[0] / 1e9
+    64.0
+    """
+    return PCIE.get(gpu(key).key)

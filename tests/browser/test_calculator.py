@@ -59,6 +59,13 @@ GOOD = [
      "--zero", "1", "--seq-len", "4096", "--gpu", "h100-sxm"],
     ["--model", "llama-3-8b", "--finetune", "qlora", "--lora-targets", "all", "--seq-len", "4096",
      "--gpu", "a100-80gb"],
+    # issue 23: QLoRA's own recipe on a 48 GB card (paged states), 8-bit AdamW for a full
+    # fine-tune, and ZeRO-Infinity's tiers (NVMe and CPU memory per node)
+    ["--model", "llama-65b", "--adapter-recipe", "qlora", "--gpu-memory", "48GB"],
+    ["--model", "llama-2-7b", "--optimizer", "adamw-8bit", "--seq-len", "2048", "--gpu", "a100-80gb"],
+    ["--params", "1T", "--recipe", "deepspeed", "--zero", "3", "--dp", "16", "--offload",
+     "params", "--offload-to", "nvme", "--nvme", "30TB", "--host-memory", "1.5TB",
+     "--gpus-per-node", "16", "--gpu-memory", "32GB"],
 ]
 #: The planner's tab: the same comparison with ``trainmath plan --json``.
 PLAN = ["--model", "llama-3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "4096",

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
+from ..memory.finetune_presets import adapter_preset
+from ..memory.offload import Tiers
 from ..memory.training import Training
 from ..model.hfconfig import load_config
 from ..model.moe import Routing
@@ -56,6 +58,8 @@ def _adapter(args: argparse.Namespace) -> Adapter | None:
         ("lora_dropout", args.lora_dropout)) if v is not None}
     if args.double_quant is not None:
         given["--no-double-quant"] = True
+    if args.norm_dtype is not None:
+        given["--norm-dtype"] = True
     if args.finetune == "full":
         if given:
             raise UsageError(f"{next(iter(given))} needs --finetune lora or qlora (it describes an "
@@ -67,7 +71,30 @@ def _adapter(args: argparse.Namespace) -> Adapter | None:
         args.finetune, 16 if args.lora_rank is None else args.lora_rank,
         DEFAULT_TARGETS if args.lora_targets is None else args.lora_targets,
         0.0 if args.lora_dropout is None else args.lora_dropout,
-        True if args.double_quant is None else args.double_quant)
+        True if args.double_quant is None else args.double_quant,
+        "16-bit" if args.norm_dtype is None else args.norm_dtype)
+
+
+#: The flags an adapter recipe sets, with the value each has when not given.
+_PRESET_FLAGS = {"finetune": "full", "lora_rank": None, "lora_targets": None, "lora_dropout": None,
+                 "norm_dtype": None, "recipe": None, "optimizer": "adamw", "recompute": "none",
+                 "micro_batch": 1, "seq_len": None}
+
+
+def _with_adapter_recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """The flags with ``--adapter-recipe``'s values wherever a flag is at its default."""
+    if getattr(args, "adapter_recipe", None) is None:
+        return args
+    p = adapter_preset(args.adapter_recipe)
+    values = {"finetune": p.method, "lora_rank": p.rank, "lora_targets": p.targets,
+              "lora_dropout": p.dropout, "norm_dtype": p.norm_dtype, "recipe": p.recipe,
+              "optimizer": p.optimizer, "recompute": p.recompute, "micro_batch": p.micro_batch,
+              "seq_len": p.seq_len}
+    merged = argparse.Namespace(**vars(args))
+    for name, default in _PRESET_FLAGS.items():
+        if getattr(args, name) == default:
+            setattr(merged, name, values[name])
+    return merged
 
 
 # -- from flags to a run ------------------------------------------------------------------------
@@ -101,6 +128,7 @@ def _model(args: argparse.Namespace) -> ModelShape | int:
 
 def to_run(args: argparse.Namespace) -> Run:
     """The :class:`~trainmath.runs.description.Run` the parsed flags describe; the library checks it."""
+    args = _with_adapter_recipe(args)
     model = _model(args)
     lay = Layout(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, v=args.interleave,
                  sequence_parallel=args.sequence_parallel, ep=args.ep,
@@ -122,6 +150,7 @@ def to_run(args: argparse.Namespace) -> Run:
         gpus_per_node=args.gpus_per_node,
         timing=_timing(args),
         adapter=_adapter(args),
+        tiers=Tiers(args.offload_to, args.host_memory, args.nvme),
     )
 
 

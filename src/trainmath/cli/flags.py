@@ -26,9 +26,11 @@ from typing import Callable, Sequence
 
 from ..checks.loglines import COUNTERS
 from ..hardware import GPU_ALIASES, GPUS
-from ..memory.finetune import METHODS, TARGETS, parse_targets
+from ..memory.finetune import METHODS, NORM_DTYPES, TARGETS, parse_targets
+from ..memory.finetune_presets import ADAPTER_PRESETS
 from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
+from ..memory.offload import OFFLOAD_DEVICES
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
 from ..model.hfconfig import COMPOSITE, FAMILIES
 from ..model.moe import EXPERT_LOADS
@@ -409,6 +411,16 @@ FLAGS: tuple[Flag, ...] = (
          metavar="WHAT"),
     Flag(("--gpus-per-node",), _EST, "extras", "GPUs on one node: the CPU memory offload needs per "
          "node", parse=parse_positive, metavar="N"),
+    Flag(("--offload-to",), _EST, "extras", "cpu or nvme: where the offloaded states go, "
+         "DeepSpeed's offload device (nvme: ZeRO-Infinity, ZeRO stage 3; CPU memory then holds "
+         "the pinned swap buffers). Default cpu", choices=OFFLOAD_DEVICES, what="offload device",
+         default="cpu", metavar="TIER"),
+    Flag(("--host-memory",), _EST, "extras", "CPU memory of one node, e.g. 1.5TB: the verdict "
+         "checks that it holds what offload puts there (needs --gpus-per-node)",
+         parse=parse_memory, metavar="SIZE"),
+    Flag(("--nvme",), _EST, "extras", "NVMe capacity of one node, e.g. 30TB: the verdict checks "
+         "that it holds what --offload-to nvme puts there (needs --gpus-per-node)",
+         parse=parse_memory, metavar="SIZE"),
     Flag(("--tokens",), _EST, "extras", "tokens to train on (15T, 2e12): FLOPs per token, time and "
          "GPU-hours on the run's GPUs; needs --gpu, and --mfu or the predicted step (a shape, "
          "--seq-len, --global-batch)", parse=parse_tokens, metavar="N"),
@@ -430,6 +442,15 @@ FLAGS: tuple[Flag, ...] = (
          metavar="LIST"),
     Flag(("--lora-dropout",), _EST, "finetune", "peft's lora_dropout (default 0): above 0 each "
          "adapter saves a mask and its own input", parse=parse_probability, metavar="P"),
+    Flag(("--adapter-recipe",), _EST, "finetune", "an adapter recipe as its authors' code runs it, "
+         "one of: " + ", ".join(ADAPTER_PRESETS) + " (qlora: QLoRA's qlora.py and Guanaco scripts; "
+         "peft: peft's and transformers' defaults; torchtune, axolotl: their Llama-3 configs): "
+         "the rank, targets, dropout, adapter format, norms, optimizer, checkpointing, micro-batch "
+         "and sequence length it sets; a flag given (at other than its default) wins",
+         choices=tuple(ADAPTER_PRESETS), what="adapter recipe", metavar="NAME"),
+    Flag(("--norm-dtype",), _EST, "finetune", "the frozen norms' format: 16-bit (the model's, "
+         "the default) or fp32 (as qlora.py keeps them)", choices=NORM_DTYPES,
+         what="format of the norms' weights", metavar="DTYPE"),
     Flag(("--no-double-quant",), _EST, "finetune", "qlora: fp32 block constants (0.5 bits per "
          "weight) instead of Double Quantization's 8-bit ones (0.127 bits)", kind="off",
          dest="double_quant"),

@@ -114,6 +114,10 @@ class OnDevice:
     outside: tuple[tuple[str, str, Band], ...]
     #: the NCCL communicators counted, as (group, ranks)
     communicators: tuple[tuple[str, int], ...]
+    #: paged optimizer states (CUDA managed memory, :mod:`trainmath.memory.bnb_optim`): in the
+    #: process's figure while resident, not in ``allocated`` or ``reserved``; the driver can
+    #: evict them to CPU memory
+    paged: Bytes = Bytes(0)
 
 
 def communicators(lay: Layout) -> tuple[tuple[str, int], ...]:
@@ -129,9 +133,12 @@ def communicators(lay: Layout) -> tuple[tuple[str, int], ...]:
 
 
 def on_device(allocated: Bytes, *, gpu: str | None, layout: Layout,
-              node_gpus: int = 8) -> OnDevice:
+              node_gpus: int = 8, paged: Bytes = Bytes(0)) -> OnDevice:
     """The three counters of a run whose tensors peak at ``allocated`` on one GPU of kind
-    ``gpu`` (None: the kind is not known, NVLS is not counted) in ``layout`` (module docstring)."""
+    ``gpu`` (None: the kind is not known, NVLS is not counted) in ``layout`` (module docstring).
+    ``paged`` of those bytes are a paged optimizer's states in CUDA managed memory: outside the
+    allocator, so not in ``allocated`` or ``reserved``, but in the process's figure."""
+    allocated = allocated - paged
     lo, mid, hi = (Fraction(str(r)) for r in RESERVED_RATIO)
     reserved = Band(allocated * lo, allocated * mid, allocated * hi,
                     "max_memory_reserved / max_memory_allocated on 28 steps: " + _H200)
@@ -154,10 +161,13 @@ def on_device(allocated: Bytes, *, gpu: str | None, layout: Layout,
         if hopper and nvls:
             outside.append(("NVLS", f"NVLink SHARP, {nvls} group{'s' if nvls > 1 else ''} "
                             "inside a node", NVLS_PER_RANK.times(nvls)))
+    if paged.n:
+        outside.append(("paged", "paged optimizer states, CUDA managed memory resident on the GPU",
+                        _exactly(paged, "bitsandbytes' get_state_buffer and get_paged")))
     process = reserved
     for _, _, band in outside:
         process = process + band
     return OnDevice(allocated=allocated, reserved=reserved, reserved_expandable=expandable,
                     process=Band(process.low, process.typical, process.high,
                                  "reserved, and what sits outside the allocator"),
-                    outside=tuple(outside), communicators=comms)
+                    outside=tuple(outside), communicators=comms, paged=paged)

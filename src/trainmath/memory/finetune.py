@@ -23,7 +23,8 @@ The scale α/r multiplies an output and changes no byte. In memory:
   needs it will be computed. So the input of a frozen, untargeted projection is not kept,
   and neither are a frozen norm's normalised input (for its weight's gradient), the frozen
   embedding's token ids, or the LM head's input. Each targeted matrix adds its own: the input
-  of A (x, or x cast to the adapter's format: peft's ``_cast_input_dtype`` makes an fp32 copy
+  of A (x, or x cast to the adapter's format: peft's ``_cast_input_dtype``, a method of
+  ``BaseTunerLayer`` in ``peft/tuners/tuners_utils.py``, makes an fp32 copy
   per targeted module when adapters are fp32; with ``lora_dropout`` > 0 the dropout's output
   and its mask) and A's r-wide output, the input of B (``LoraLayer.forward`` in
   ``peft/tuners/lora/layer.py``: ``lora_B(lora_A(dropout(x))) * scaling``). Without
@@ -43,8 +44,13 @@ dequantised to the compute dtype (bf16) for its matmul and freed after it (one m
 time, a temporary not counted here); bitsandbytes' ``MatMul4Bit`` saves the packed weight, not
 its input, for backward, as a frozen Linear does. Paged AdamW (§3, "Paged Optimizers") puts the
 optimizer states in CUDA unified memory, which the driver evicts to CPU RAM page by page when
-the GPU runs out: it moves the optimizer states off the GPU only under pressure, so this module
-counts them on the GPU (the figure without paging; a spike is absorbed by paging).
+the GPU runs out. This module counts them tensor by tensor (:mod:`trainmath.memory.bnb_optim`:
+only tensors of 100,000 elements or more are paged) and keeps the paged part apart
+(:attr:`AdapterStates.paged_states`): it is outside ``max_memory_allocated()``, in the process's
+figure while resident, and a run fits when everything else does
+(:attr:`trainmath.runs.estimates.Estimate.fits`). The adapter's format and optimizer are the
+run's recipe and optimizer; :mod:`trainmath.memory.finetune_presets` names the recipes QLoRA's
+authors, peft, torchtune and axolotl run.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .activations import LayerActivations, Saved
+from .bnb_optim import states_of
 from .recipes import ModelStates, Recipe, optimizer, recipe
 from ..derivations import Derivation, bytes_text, number_text
 from ..model.shape import ModelShape, param_count
@@ -77,6 +84,13 @@ ALL_LINEAR = TARGETS
 #: Recipes an adapter's trainable parameters can be kept in: fp32 (peft's default), or 16-bit
 #: with or without an fp32 master copy.
 ADAPTER_RECIPES = ("fp32", "bf16-mixed", "fp16-mixed", "bf16")
+#: How each adapter recipe keeps the adapter's weights, in a headline's words.
+ADAPTER_DTYPES = {"fp32": "adapters fp32", "bf16": "adapters bf16",
+                  "bf16-mixed": "adapters bf16 with an fp32 master copy",
+                  "fp16-mixed": "adapters fp16 with an fp32 master copy"}
+#: Formats the norms' weights can be kept in: the model's 16-bit one, or fp32 (QLoRA's
+#: ``qlora.py`` casts every module with "norm" in its name to fp32, l.400-401).
+NORM_DTYPES = ("16-bit", "fp32")
 #: Bytes of each frozen base weight in LoRA: the 16-bit format the model is loaded in.
 BASE_BYTES = 2
 #: NF4 block size: one absmax constant per 64 weights (Dettmers et al. 2023, §3; bitsandbytes'
@@ -134,7 +148,10 @@ class Adapter:
     Quantization unless ``double_quant`` is False); ``rank`` is r; ``targets`` a set of
     :data:`TARGETS` (default: peft's for Llama, q and v); ``dropout`` is peft's
     ``lora_dropout``, a probability in [0, 1) (above 0 it saves a dropout mask and output per
-    targeted matrix). LoRA's α is not a field: it scales an output and changes no byte.
+    targeted matrix). ``norm_dtype`` is the format of the frozen norms' weights (one of
+    :data:`NORM_DTYPES`; fp32 adds 2 bytes per norm weight; the activations are counted with
+    the norms' outputs in the model's 16-bit format). LoRA's α is not a field: it scales an
+    output and changes no byte.
 
     >>> Adapter("lora", 8, ("q", "k", "v", "o")).targets
     ('q', 'k', 'v', 'o')
@@ -145,9 +162,11 @@ class Adapter:
     targets: tuple[str, ...] = DEFAULT_TARGETS
     dropout: float = 0.0
     double_quant: bool = True
+    norm_dtype: str = "16-bit"
 
     def __post_init__(self) -> None:
         choice("fine-tuning method for an adapter", self.method, ("lora", "qlora"))
+        choice("format of the norms' weights", self.norm_dtype, NORM_DTYPES)
         object.__setattr__(self, "rank", positive_int("LoRA rank r", self.rank))
         object.__setattr__(self, "targets", parse_targets(self.targets))
         p = self.dropout
@@ -229,6 +248,18 @@ def quantized_params(model: ModelShape) -> int:
     return model.layers * sum(a * b for a, b in matrices(model).values())
 
 
+def norm_params(model: ModelShape) -> int:
+    """The norms' weights of a Llama-style model: two per layer and a final one, each h wide."""
+    return (2 * model.layers + 1) * model.hidden
+
+
+def adapter_tensors(model: ModelShape, adapter: Adapter) -> list[int]:
+    """Elements of each tensor the optimizer steps: A (r × d_in) and B (d_out × r) per targeted
+    matrix, in every layer."""
+    m, r = matrices(model), adapter.rank
+    return [r * d for _ in range(model.layers) for t in adapter.targets for d in m[t]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class AdapterStates(ModelStates):
     """Model states of an adapter run, whole model on one device, with the split the pages show.
@@ -243,6 +274,9 @@ class AdapterStates(ModelStates):
     adapter_weights: Bytes
     #: tensors the optimizer steps (two per targeted matrix per layer: A and B)
     trainable_tensors: int
+    #: the part of ``optimizer_states`` a paged bitsandbytes optimizer keeps in CUDA managed
+    #: memory (:mod:`trainmath.memory.bnb_optim`): outside PyTorch's allocator
+    paged_states: Bytes = Bytes(0)
 
 
 def adapter_states(model: ModelShape, adapter: Adapter, recipe_name: str = "fp32",
@@ -270,15 +304,20 @@ def _adapter_states(model: ModelShape, adapter: Adapter, r: Recipe,
         frozen = Bytes(q * nf4_bits_per_param(adapter.double_quant) / 8 + BASE_BYTES * (total - q))
     else:
         frozen = Bytes(BASE_BYTES * total)
+    if adapter.norm_dtype == "fp32":
+        frozen = frozen + Bytes((4 - BASE_BYTES) * norm_params(model))
     o = optimizer(optimizer_name)
     value = r.state_value if o.state_bytes is None else o.state_bytes
     weights = Bytes(n * r.weights)
+    states, paged = Bytes(n * (o.states * value + o.overhead)), Bytes(0)
+    if o.bits is not None:  # bitsandbytes: tensor by tensor
+        sb = states_of(adapter_tensors(model, adapter), bits=o.bits, paged=o.paged)
+        states, paged = sb.total, sb.paged
     return AdapterStates(
         weights=frozen + weights, gradients=Bytes(n * r.gradients),
-        master_weights=Bytes(n * r.master_weights),
-        optimizer_states=Bytes(n * (o.states * value + o.overhead)),
+        master_weights=Bytes(n * r.master_weights), optimizer_states=states,
         trainable=n, frozen=total, frozen_weights=frozen, adapter_weights=weights,
-        trainable_tensors=2 * len(adapter.targets) * model.layers)
+        trainable_tensors=2 * len(adapter.targets) * model.layers, paged_states=paged)
 
 
 # -- activations ---------------------------------------------------------------------------------
@@ -361,6 +400,19 @@ def describe(adapter: Adapter) -> str:
     return f"{head} r = {adapter.rank} on {where}{drop}"
 
 
+def headline(adapter: Adapter, recipe_name: str, optimizer_name: str) -> str:
+    """What an adapter run trains and what it freezes, in a headline's words.
+
+    >>> headline(Adapter("qlora", 64, ALL_LINEAR, norm_dtype="fp32"), "bf16", "paged-adamw-32bit")
+    'frozen base NF4, norms fp32, adapters bf16, paged AdamW 32-bit'
+    """
+    base = "frozen base NF4" if adapter.quantized else "frozen base 16-bit"
+    norms = ", norms fp32" if adapter.norm_dtype == "fp32" else ""
+    r = recipe(recipe_name).name
+    o = optimizer(optimizer_name)
+    return f"{base}{norms}, {ADAPTER_DTYPES.get(r, 'adapters ' + r)}, {o.label or o.name}"
+
+
 def adapter_derivations(model: ModelShape, adapter: Adapter, r: Recipe, optimizer_name: str,
                         states: AdapterStates) -> tuple[Derivation, ...]:
     """The arithmetic of an adapter run's four kinds of model state: the frozen base (16-bit,
@@ -371,6 +423,8 @@ def adapter_derivations(model: ModelShape, adapter: Adapter, r: Recipe, optimize
     o = optimizer(optimizer_name)
     value = r.state_value if o.state_bytes is None else o.state_bytes
     per_state = o.states * value + o.overhead
+    if o.bits is not None:  # bitsandbytes' exact bytes over n elements
+        per_state = Fraction(states.optimizer_states.n) / n
     trainable = ("Pₐ", f"the adapter's parameters (rank {adapter.rank} on "
                        f"{','.join(adapter.targets)}): {n:,}")
     if adapter.quantized:
@@ -385,6 +439,10 @@ def adapter_derivations(model: ModelShape, adapter: Adapter, r: Recipe, optimize
     else:
         base_formula, base_arith = "P × 2 B", f"{total:,} × {BASE_BYTES} B"
         base_inputs = (("P", f"the frozen base model's parameters, 16-bit: {total:,}"),)
+    if adapter.norm_dtype == "fp32":
+        base_formula += " + Pₙ × 2 B"
+        base_arith += f" + {norm_params(model):,} × 2 B"
+        base_inputs = (*base_inputs, ("Pₙ", f"the norms' weights, kept in fp32: {norm_params(model):,}"))
     source = "Hu et al. 2021 (LoRA), §4.1; Dettmers et al. 2023 (QLoRA), §3"
 
     def term(name, formula, inputs, arithmetic, value):
@@ -400,7 +458,9 @@ def adapter_derivations(model: ModelShape, adapter: Adapter, r: Recipe, optimize
         term("master weights", "Pₐ × m", [trainable, ("m", f"fp32 master copy: "
                                                          f"{number_text(r.master_weights)} B")],
              f"{n:,} × {number_text(r.master_weights)} B", states.master_weights),
-        term("optimizer states", "Pₐ × o", [trainable, ("o", f"{optimizer_name}'s states: "
-                                                           f"{number_text(per_state)} B")],
+        term("optimizer states", "Pₐ × o", [trainable, ("o", f"{optimizer_name}'s states"
+                                                           + (" (bitsandbytes, tensor by tensor)"
+                                                              if o.bits else "")
+                                                           + f": {number_text(per_state)} B")],
              f"{n:,} × {number_text(per_state)} B", states.optimizer_states),
     )

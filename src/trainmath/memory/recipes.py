@@ -244,6 +244,13 @@ class Optimizer:
     #: extra bytes per parameter (8-bit Adam's block-wise quantisation constants)
     overhead: Fraction
     description: str
+    #: bitsandbytes' state bits (32 or 8; :mod:`trainmath.memory.bnb_optim`), None for a
+    #: PyTorch optimizer whose states follow the parameter's dtype
+    bits: int | None = None
+    #: bitsandbytes keeps the states of tensors of 100,000 elements or more in CUDA managed memory
+    paged: bool = False
+    #: how a headline names it: "AdamW", "paged AdamW 32-bit"
+    label: str = ""
 
 
 #: Block size of 8-bit Adam's block-wise quantisation in the paper (Dettmers et al. 2022, §2.1:
@@ -274,7 +281,8 @@ OPTIMIZERS: dict[str, Optimizer] = {
         Optimizer("adam", 2, None, Fraction(0),
                   "first moment m and second moment v (Kingma & Ba 2015, Algorithm 1)"),
         Optimizer("adamw", 2, None, Fraction(0),
-                  "m and v, as Adam; weight decay adds no state (Loshchilov & Hutter 2019)"),
+                  "m and v, as Adam; weight decay adds no state (Loshchilov & Hutter 2019)",
+                  label="AdamW"),
         Optimizer("sgd", 0, None, Fraction(0), "no state: the update uses the gradient only"),
         Optimizer("sgd-momentum", 1, None, Fraction(0),
                   "one momentum buffer (torch.optim.SGD with momentum > 0)"),
@@ -283,6 +291,28 @@ OPTIMIZERS: dict[str, Optimizer] = {
             "m and v quantised to 1 byte each, plus one fp32 absmax per block of "
             f"{ADAM_8BIT_BLOCK} values for each (Dettmers et al. 2022, 8-bit Optimizers "
             "via Block-wise Quantization, §2)",
+        ),
+        Optimizer(
+            "adamw-8bit", 2, 1, blockwise_overhead(BITSANDBYTES_8BIT_BLOCK),
+            "bitsandbytes' AdamW with optim_bits=8 (transformers' adamw_bnb_8bit): m and v in "
+            f"uint8 plus one fp32 absmax per {BITSANDBYTES_8BIT_BLOCK} values of each "
+            "(Optimizer2State.init_state, bitsandbytes 0.44 and later); tensors under 4,096 "
+            "elements keep 32-bit states (min_8bit_size), and transformers' Trainer keeps an "
+            "nn.Embedding's at 32 bits (register_module_override), neither counted per parameter",
+            bits=8, label="AdamW 8-bit",
+        ),
+        Optimizer(
+            "paged-adamw-8bit", 2, 1, blockwise_overhead(BITSANDBYTES_8BIT_BLOCK),
+            "bitsandbytes' AdamW with optim_bits=8 and is_paged=True (paged_adamw_8bit): as "
+            "adamw-8bit, m and v of tensors of 100,000 elements or more in CUDA managed memory",
+            bits=8, paged=True, label="paged AdamW 8-bit",
+        ),
+        Optimizer(
+            "paged-adamw-32bit", 2, 4, Fraction(0),
+            "bitsandbytes' AdamW with is_paged=True (paged_adamw_32bit, QLoRA's qlora.py "
+            "default): m and v in float32 whatever the parameter's dtype, those of tensors of "
+            "100,000 elements or more in CUDA managed memory (get_state_buffer)",
+            bits=32, paged=True, label="paged AdamW 32-bit",
         ),
     )
 }

@@ -125,8 +125,9 @@ def resolve(t: Training, model: ModelShape | None) -> tuple[Training, tuple[str,
         stage = r.default_stage
     check(recipe_stage_problems(r, stage))
     impl_opt = t.optimizer_impl
-    if impl_opt is None:
-        impl_opt, _ = r.optimizer_impl, assumed.append("optimizer_impl")
+    if impl_opt is None:  # bitsandbytes steps each tensor in one kernel (optimizer_update_32bit)
+        impl_opt = "fused" if optimizer(t.optimizer).bits is not None else r.optimizer_impl
+        assumed.append("optimizer_impl")
     resolved = replace(t, recipe=r.name, zero_stage=stage, implementation=impl,
                        attention=implementation(impl).attention, optimizer_impl=impl_opt)
     return resolved, tuple(assumed)

@@ -95,6 +95,9 @@ def megatron_omissions(m: ModelShape) -> dict[str, int]:
 # LLaMA paper's Table 2 (Touvron et al. 2023a).
 _LLAMA2 = ("config.json of meta-llama/{} (h, a and L as in Touvron et al. 2023a, LLaMA, Table 2); "
            "Touvron et al. 2023b, Llama 2, Table 1 (context length, GQA)")
+_LLAMA1 = ("Touvron et al. 2023a, LLaMA, Table 2 (LLaMA-{1}: h, a, L, {2} parameters, context "
+           "2048); config.json of huggyllama/{0} (intermediate_size), the checkpoint QLoRA's "
+           "Guanaco scripts load")
 _LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models, Table 3; config.json of meta-llama/{}"
 
 _NARAYANAN = "Narayanan et al. 2021, Table 1 (a, h, l; V 51200, s 2048)"
@@ -138,6 +141,16 @@ PRESETS: dict[str, ModelShape] = {
             "llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256,
             max_positions=8192,
             source=_LLAMA3.format("Meta-Llama-3-70B") + "; max_position_embeddings 8192",
+        ),
+        shape(
+            "llama-33b", layers=60, hidden=6656, heads=52, ffn=17920, vocab=32000,
+            max_positions=2048,
+            source=_LLAMA1.format("llama-30b", "33B", "32.5B"),
+        ),
+        shape(
+            "llama-65b", layers=80, hidden=8192, heads=64, ffn=22016, vocab=32000,
+            max_positions=2048,
+            source=_LLAMA1.format("llama-65b", "65B", "65.2B"),
         ),
         shape(
             "mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
@@ -238,7 +251,7 @@ _NO_RECIPE = ("bf16-mixed: bf16 mixed precision as ZeRO §3.1 counts it (assumed
 #:
 #: :meta hide-value:
 TRAINING_DEFAULTS: dict[str, TrainedWith] = {
-    **dict.fromkeys(("llama-2-7b", "llama-2-70b"), TrainedWith(
+    **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-33b", "llama-65b"), TrainedWith(
         "bf16-mixed", "megatron-te",
         "megatron-te: attention that stores no s×s tensor, Touvron et al. 2023a (LLaMA) §2.4, "
         "kept for Llama 2 (Touvron et al. 2023b §2.2); " + _NO_RECIPE)),

@@ -11,6 +11,7 @@ import math
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from ..memory.finetune import headline
 from ..model.moe import MEASURED_BAND, PUBLISHED_MAX_LOADS
 from ..model.shape import param_breakdown
 from .facts import load_words
@@ -60,7 +61,16 @@ def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
         "fits": e.fits,
         "overhead": _whole(e.overhead),
         "needed": _whole(e.needed - e.overhead) + _whole(e.overhead),
-        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node)},
+        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node),
+                 "offload_to": e.run.tiers.offload_to,
+                 "tiers": [{"tier": t.name, "need": _whole(t.need), "capacity": _whole(t.capacity),
+                            "fits": t.fits} for t in e.tiers],
+                 "decided_by": None if e.deciding_tier is None else e.deciding_tier.name,
+                 "pcie": None if e.pcie is None else {
+                     "to_gpu": _whole(e.pcie.to_gpu), "to_host": _whole(e.pcie.to_host),
+                     "bytes_per_second_each_way": e.pcie.rate,
+                     "seconds_at_least": None if e.pcie.seconds is None else _sig(e.pcie.seconds),
+                     "cpu_optimizer_step_timed": False}},
         "on_device": None if e.on_device is None else _device_dict(e.on_device),
         "step": None if e.step is None else _step_dict(e.step),
         "time": None if time is None else {
@@ -101,7 +111,9 @@ def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
             "adapter": None if r.adapter is None else {
                 "method": r.adapter.method, "rank": r.adapter.rank,
                 "targets": list(r.adapter.targets), "dropout": r.adapter.dropout,
-                "double_quant": r.adapter.double_quant if r.adapter.quantized else None},
+                "double_quant": r.adapter.double_quant if r.adapter.quantized else None,
+                "norm_dtype": r.adapter.norm_dtype,
+                "headline": headline(r.adapter, r.training.recipe, r.training.optimizer)},
         },
         **extra,
     }
@@ -169,7 +181,8 @@ def _device_dict(d) -> dict:
             "bands": {"reserved": _band(d.reserved), "process": _band(d.process),
                       "reserved_expandable_segments": _band(d.reserved_expandable)},
             "outside_allocator": {name: {**_band(b), "what": what} for name, what, b in d.outside},
-            "communicators": [{"group": g, "ranks": r} for g, r in d.communicators]}
+            "communicators": [{"group": g, "ranks": r} for g, r in d.communicators],
+            "paged_optimizer_states": _whole(d.paged)}
 
 
 def _timing_dict(t) -> dict:

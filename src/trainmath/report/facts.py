@@ -44,16 +44,30 @@ class Fit:
     #: the figure compared: the process's memory as nvidia-smi shows it, with the overhead when
     #: one is given
     at: str
+    #: paged optimizer states the driver can evict to CPU memory (counted in ``needed``)
+    paged: Bytes = Bytes(0)
+
+    @property
+    def pages(self) -> bool:
+        """Whether it fits only with some paged optimizer states evicted to CPU memory."""
+        return self.fits and self.needed > self.capacity
 
     @property
     def margin(self) -> Bytes:
-        """Memory to spare (fits) or over (does not)."""
+        """Memory to spare (fits) or over (does not); 0 B when it fits by paging."""
+        if self.pages:
+            return Bytes(0)
         return self.capacity - self.needed if self.fits else self.needed - self.capacity
 
     @property
     def verdict(self) -> str:
         """``"yes, 8.3 GB to spare at the process's memory, as nvidia-smi shows it"``, or
         ``"no, … over at …"``."""
+        if self.pages:
+            over = self.needed - self.capacity
+            return (f"yes, with paging: {over.format('GB', 2)} of the "
+                    f"{self.paged.format('GB', 2)} of paged optimizer states evicted to CPU "
+                    f"memory, at {self.at}")
         if self.fits:
             return f"yes, {self.margin.format('GB', 2)} to spare at {self.at}"
         return f"no, {self.margin.format('GB', 2)} over at {self.at}"
@@ -74,7 +88,7 @@ def fit(est: Estimate) -> Fit | None:
             where = f"one {g.name} with {capacity} (--gpu-memory)"
     at = ("the process's memory, as nvidia-smi shows it"
           + (", with the overhead" if est.overhead.n else ""))
-    return Fit(bool(est.fits), capacity, needed, where, at)
+    return Fit(bool(est.gpu_fits), capacity, needed, where, at, whole(est.paged))
 
 
 def load_words(load: str, routing: Routing) -> str:

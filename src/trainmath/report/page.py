@@ -125,9 +125,12 @@ def render_estimate(est: Estimate, suggestions: Suggestions | None = None) -> st
     data = estimate_dict(est)
     inputs, per = data["inputs"], data["per_device"]
     name = inputs["model"] or "--params"
-    head = (f"<p><strong>{escape(name)}</strong>: {data['params']:,} parameters, recipe "
-            f"{escape(inputs['recipe'])}, {escape(inputs['optimizer'])} "
-            f"({escape(inputs['optimizer_impl'])} step), ZeRO stage {inputs['zero']}; "
+    what = (f"recipe {escape(inputs['recipe'])}, {escape(inputs['optimizer'])} "
+            f"({escape(inputs['optimizer_impl'])} step), ZeRO stage {inputs['zero']}")
+    if inputs["adapter"] is not None:  # what is trained and what is frozen
+        what = (f"fine-tuned: {escape(inputs['adapter']['headline'])} "
+                f"({escape(inputs['optimizer_impl'])} step)")
+    head = (f"<p><strong>{escape(name)}</strong>: {data['params']:,} parameters, {what}; "
             f"{escape(est.run.layout.describe())}.</p>")
     said = assumed(est)
     if said:

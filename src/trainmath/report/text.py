@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..hardware import gpu
-from ..memory.finetune import describe, share
+from ..hardware import PCIE, gpu
+from ..memory.finetune import describe, headline, share
 from ..memory.recipes import recipe
 from ..memory.sharding import OFFLOAD_ALIASES
 from ..model.moe import active_params
@@ -32,6 +32,9 @@ def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
     name = "--params" if shape is None else shape.name
     lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
              f"({t.optimizer_impl} step), ZeRO stage {t.zero_stage}"]
+    if r.adapter is not None:  # what is trained and what is frozen, never just "recipe fp32"
+        lines = [f"{name}: {est.params:,} parameters, fine-tuned: "
+                 f"{headline(r.adapter, t.recipe, t.optimizer)} ({t.optimizer_impl} step)"]
     if shape is not None and shape.moe:
         lines.append(f"mixture of experts: {shape.experts} experts, top {shape.experts_per_token}"
                      + (f", {shape.shared_experts} shared" if shape.shared_experts else "")
@@ -44,6 +47,8 @@ def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
     if st is not None:
         base = ("frozen, NF4 for the decoder layers' matrices, 16-bit elsewhere" if r.adapter.quantized
                 else "frozen in 16-bit")
+        if r.adapter.norm_dtype == "fp32":
+            base += " (the norms fp32)"
         lines.append(f"fine-tuning: {describe(r.adapter)}: {st.trainable:,} trainable "
                      f"parameters ({float(share(st.trainable, shape)):.2%}), the base "
                      f"{base}, with no gradients or optimizer states")
@@ -216,7 +221,8 @@ def _host_lines(est: Estimate) -> list[str]:
     flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
     moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
              else "every sharded state")
-    lines = [f"CPU memory (--offload {flag}: {moved}):",
+    tier = "NVMe" if est.run.tiers.offload_to == "nvme" else "CPU memory"
+    lines = [f"{tier} (--offload {flag}: {moved}):",
              f"  per device       {Bytes(math.ceil(est.host.n)).format('GB', 2):>12}  "
              f"{Bytes(math.ceil(est.host.n)).format('GiB', 2):>12}"]
     if est.host_per_node is not None:
@@ -224,6 +230,47 @@ def _host_lines(est: Estimate) -> list[str]:
         node = Bytes(math.ceil(est.host_per_node.n))
         lines.append(f"  per node         {node.format('GB', 2):>12}  {node.format('GiB', 2):>12}"
                      f"   ({n} GPU{'s' if n > 1 else ''})")
+    lines.extend(_pcie_lines(est))
+    lines.extend(_tier_lines(est))
+    return lines
+
+
+def _pcie_lines(est: Estimate) -> list[str]:
+    """What offload sends over PCIe each step, and the least time it takes at the GPU's link."""
+    t = est.pcie
+    up, down = Bytes(math.ceil(t.to_gpu.n)), Bytes(math.ceil(t.to_host.n))
+    lines = [f"  over PCIe        {up.format('GB', 2):>12}  to the GPU, {down.format('GB', 2)} "
+             "to the host, each step"]
+    if t.seconds is None:
+        lines.append("    not timed: the PCIe rate is known for --gpu " + ", ".join(PCIE))
+    else:
+        lines += [f"    at least {t.seconds:.2f} s at {t.rate / 1e9:g} GB/s each way; the CPU's "
+                  "optimizer step is not timed", f"    ({t.rate_source})"]
+    return lines
+
+
+def _tier_lines(est: Estimate) -> list[str]:
+    """Each tier of the node against its capacity (--offload-to, --host-memory, --nvme), and the
+    tier that decides the verdict; nothing when the run gives no tier's capacity."""
+    tiers = est.tiers
+    if len(tiers) == 1 or not any(t.capacity is not None for t in tiers[1:]):
+        return []
+    to = est.run.tiers.offload_to
+    lines = [f"tiers (--offload-to {to}" + (": the states on NVMe, DeepSpeed's pinned swap "
+             "buffers in CPU memory):" if to == "nvme" else ": every offloaded byte in CPU memory):")]
+    for t in tiers:
+        need = Bytes(math.ceil(t.need.n)).format("GB", 2)
+        where = "per device" if t.name == "GPU" else "per node"
+        if t.fits is None:
+            said = "capacity not given: not checked"
+        else:
+            cap = Bytes(math.ceil(t.capacity.n)).format("GB", 2)
+            said = f"of {cap}: " + ("holds it" if t.fits else "does not hold it")
+        lines.append(f"  {t.name:<12}{need:>14}  {where}, {said}")
+    d = est.deciding_tier
+    unchecked = [t.name for t in tiers if t.fits is None and t.need.n]
+    lines.append(("fits" if est.fits else "does not fit") + f": decided by {d.name}"
+                 + (f" ({', '.join(unchecked)} not checked)" if unchecked else ""))
     return lines
 
 
@@ -234,14 +281,16 @@ def _device_lines(est: Estimate, row) -> list[str]:
     if d is None:
         return []
     out = ["on the GPU, as PyTorch and nvidia-smi count it (typical, and the band measured):",
-           row("allocated", d.allocated) + "   max_memory_allocated(): the tensors' peak",
+           row("allocated", d.allocated) + "   max_memory_allocated(): the tensors' peak"
+           + (" (not the paged states)" if d.paged.n else ""),
            row("reserved", d.reserved.typical) + f"   max_memory_reserved(): "
            f"{d.reserved.low.format('GB', 1)}–{d.reserved.high.format('GB', 1)} (fragmentation)",
            row("  expandable", d.reserved_expandable.typical) + "   the same with "
            "expandable_segments:True"]
     for name, what, band in d.outside:
         spread = (f": {band.low.format('GB', 2)}–{band.high.format('GB', 2)}"
-                  if band.low != band.high else " (one measurement)")
+                  if band.low != band.high else "" if name == "paged"
+                  else " (one measurement)")
         out.append(row(f"  + {name}", band.typical) + f"   {what}{spread}")
     out.append(row("process", d.process.typical) + "   what nvidia-smi shows: "
                f"{d.process.low.format('GB', 1)}–{d.process.high.format('GB', 1)}")

@@ -25,6 +25,7 @@ from fractions import Fraction
 
 from ..hardware import GPUS, gpu as _accelerator
 from ..memory.finetune import Adapter
+from ..memory.offload import Tiers, tiers_problems
 from ..memory.training import Training, offload_problems, resolve
 from ..model.moe import Routing
 from ..model.presets import preset
@@ -131,6 +132,9 @@ class Run:
     #: what the run does that is accepted but worth saying (a sequence past the positions a
     #: rotary model was trained for); set when the Run is made
     warnings: tuple[str, ...] = ()
+    #: where offloaded states go (CPU memory or NVMe) and each tier's capacity per node
+    #: (:class:`trainmath.memory.offload.Tiers`; the default checks no host tier)
+    tiers: Tiers = Tiers()
 
     def __post_init__(self) -> None:
         for name, kind in (("training", Training), ("layout", Layout), ("batch", Batch)):
@@ -161,6 +165,10 @@ class Run:
         self._resolve()
         t = self.training
         problems = offload_problems(t)
+        if not isinstance(self.tiers, Tiers):
+            raise ValueError(f"tiers must be a Tiers, got {self.tiers!r}")
+        problems += tiers_problems(self.tiers, offload=t.offload, zero_stage=t.zero_stage,
+                                   gpus_per_node=self.gpus_per_node)
         if self.budget is not None:
             problems += budget_problems(t, None if self.gpu is None else self.gpu.kind)
         if self.shape is not None:
@@ -240,6 +248,9 @@ def run(
     capacity_factor: float | None = None,
     pad_to_capacity: bool = False,
     expert_load: str = "balanced",
+    offload_to: str = "cpu",
+    host_memory: Bytes | str | None = None,
+    nvme: Bytes | str | None = None,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -252,7 +263,9 @@ def run(
     :class:`trainmath.memory.finetune.Adapter` (LoRA or QLoRA on the frozen model). A mixture
     of experts takes ``etp`` (the expert-tensor-parallel size, tp unless given) and its routing,
     ``capacity_factor``, ``pad_to_capacity`` and the ``expert_load`` counted
-    (:class:`trainmath.model.moe.Routing`).
+    (:class:`trainmath.model.moe.Routing`). ``offload_to`` ("cpu" or "nvme"), ``host_memory``
+    and ``nvme`` (per node, amounts or texts such as ``"1.5TB"``) are the offload's tiers
+    (:class:`trainmath.memory.offload.Tiers`).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -265,6 +278,7 @@ def run(
     if isinstance(overhead, str):
         overhead = parse_bytes(overhead)
     check(time_problems(tokens, mfu))
+    host_memory, nvme = (parse_bytes(x) if isinstance(x, str) else x for x in (host_memory, nvme))
     return Run(
         model=model,
         training=Training(recipe=recipe, optimizer=optimizer, zero_stage=zero_stage,
@@ -281,4 +295,5 @@ def run(
         gpus_per_node=gpus_per_node,
         adapter=adapter,
         timing=Timing() if timing is None else timing,
+        tiers=Tiers(offload_to, host_memory, nvme),
     )

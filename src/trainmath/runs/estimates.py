@@ -46,11 +46,12 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from ..hardware import Peak, gpu as _accelerator
+from ..hardware import Peak, gpu as _accelerator, pcie
 from ..memory.activations import LayerActivations
 from ..derivations import Derivation, bytes_text
 from ..memory.finetune import AdapterStates, _adapter_states, adapter_derivations
 from ..memory.device import OnDevice, on_device
+from ..memory.offload import Tier, tier_needs, verdict
 from ..memory.peak import GatheredUnits, StepPeak, _step_peak
 from ..memory.recipes import bytes_per_param, peak_precision, recipe
 from ..memory.sharding import _zero_states
@@ -67,6 +68,7 @@ from ..parallel.schedules import _bubble
 from ..memory.recipes import peak_precision_problems
 from ..time.flops import flops_per_token, time_to_train
 from ..time.network import Fabric
+from ..time.offload import OffloadTraffic, offload_traffic
 from ..time.step import StepTime, Timing, attention_kernel, groups, step_time
 from .rules import untimed_reason
 from ..units import Bytes
@@ -260,9 +262,50 @@ class Estimate:
         return _typical_process(self) + self.run.overhead
 
     @property
+    def paged(self) -> Bytes:
+        """A paged optimizer's states in CUDA managed memory, which the driver evicts to CPU
+        memory when the GPU runs out (:mod:`trainmath.memory.bnb_optim`); 0 B for the rest."""
+        return Bytes(0) if self.on_device is None else self.on_device.paged
+
+    @property
+    def gpu_fits(self) -> bool | None:
+        """Whether the process's memory (:attr:`needed`) fits the GPU's, less the paged
+        optimizer states the driver can evict (:attr:`paged`); None without a GPU."""
+        return None if self.run.gpu is None else self.needed - self.paged <= self.run.gpu.memory
+
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        """Each memory tier's need and capacity: the GPU (per device; capacity None without a
+        GPU), and with offload the node's CPU memory and NVMe (:func:`trainmath.memory.offload.tier_needs`;
+        capacity None where the run does not give it). Every device of a node is
+        counted as the fullest one."""
+        return _tiers(self.run, self.host, self.device, self.needed - self.paged)
+
+    @property
     def fits(self) -> bool | None:
-        """Whether the process's memory (:attr:`needed`) fits the GPU's; None without a GPU."""
-        return None if self.run.gpu is None else self.needed <= self.run.gpu.memory
+        """Whether every tier given holds its part (:attr:`tiers`): the GPU's memory and, with
+        offload, the node's CPU memory and NVMe; None when none is given."""
+        return verdict(self.tiers)[0]
+
+    @property
+    def deciding_tier(self) -> Tier | None:
+        """The tier that decides :attr:`fits`: the first that does not hold its part, else the
+        one with the least to spare; None when none is given."""
+        return verdict(self.tiers)[1]
+
+    @property
+    def pcie(self) -> OffloadTraffic | None:
+        """What offload sends over PCIe each step from the fullest device, and the least time
+        at its GPU kind's link (:mod:`trainmath.time.offload`); None without offload."""
+        t = self.training
+        if t.offload == "none":
+            return None
+        r = recipe(t.recipe)
+        link = None if self.run.gpu is None or self.run.gpu.kind is None else pcie(self.run.gpu.kind)
+        return offload_traffic(t.offload, Fraction(self.device.params, self.device.zero_group),
+                               weight_bytes=r.weights, gradient_bytes=r.gradients,
+                               rate=None if link is None else link[0],
+                               rate_source="" if link is None else link[1])
 
     @property
     def host_per_node(self) -> Bytes | None:
@@ -478,6 +521,9 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     out.append(_device_derivation(shown))
     if run.gpu is not None:
         out.append(_fit_derivation(run, shown))
+    tiers = _tiers(run, host, device, Bytes(math.ceil(shown.process.typical.n)) + run.overhead)
+    if len(tiers) > 1 and verdict(tiers)[0] is not None:
+        out.append(_tier_derivation(run, tiers))
     if step is not None:
         out.append(_step_derivation(run, step))
     if time is not None:
@@ -525,6 +571,47 @@ def _fit_derivation(run: Run, d: OnDevice) -> Derivation:
     return Derivation("fits", formula, inputs, arithmetic, None, None, source, "fits")
 
 
+def _tiers(run: Run, host: Bytes, device: DeviceMemory, needed: Bytes) -> tuple[Tier, ...]:
+    """:attr:`Estimate.tiers` of a run whose fullest device needs ``needed`` on the GPU and
+    offloads ``host``."""
+    gpu = Tier("GPU", needed, None if run.gpu is None else run.gpu.memory)
+    t, tiers, n = run.training, run.tiers, run.gpus_per_node
+    if t.offload == "none" or n is None:
+        return (gpu,)
+    cpu, nvme = tier_needs(host, offload_to=tiers.offload_to, offload=t.offload,
+                           gpus=min(n, run.layout.gpus),
+                           partition_params=math.ceil(device.params / device.zero_group),
+                           weight_bytes=recipe(t.recipe).weights)
+    return gpu, Tier("CPU memory", cpu, tiers.host_memory), Tier("NVMe", nvme, tiers.nvme)
+
+
+def _tier_derivation(run: Run, tiers: tuple[Tier, ...]) -> Derivation:
+    """The verdict over the tiers: each one's need against its capacity, and the one that
+    decides."""
+    ok, deciding = verdict(tiers)
+    node = min(run.gpus_per_node, run.layout.gpus)
+    inputs = tuple((t.name, ("per device" if t.name == "GPU" else f"per node of {node} GPUs")
+                    + f": {bytes_text(math.ceil(t.need.n))} needed, "
+                    + ("capacity not given" if t.capacity is None else
+                       f"{bytes_text(math.ceil(t.capacity.n))} there"))
+                   for t in tiers)
+    arithmetic = "; ".join(
+        f"{t.name} {bytes_text(math.ceil(t.need.n))} "
+        + ("(not checked)" if t.fits is None else ("≤ " if t.fits else "> ")
+           + bytes_text(math.ceil(t.capacity.n)))
+        for t in tiers)
+    what = "every tier holds its part" if ok else "does not fit"
+    arithmetic += f": {what}; decided by {deciding.name}" if deciding else ""
+    to = run.tiers.offload_to
+    return Derivation(
+        "tiers", "need ≤ capacity, for the GPU, the node's CPU memory and its NVMe", inputs,
+        arithmetic, None, None,
+        f"offload to {to}: " + ("every offloaded byte in CPU memory" if to == "cpu" else
+                                "the offloaded states on NVMe, DeepSpeed's pinned swap buffers "
+                                "in CPU memory (deepspeed/runtime/zero/offload_config.py, "
+                                "swap_tensor/, v0.19.5)"), "fits")
+
+
 def _time_derivation(time: TrainingTime) -> Derivation:
     """The time to train: tokens × FLOPs per token over MFU × GPUs × one GPU's peak."""
     return Derivation(
@@ -545,11 +632,12 @@ def _typical_process(est: "Estimate") -> Bytes:
     return est.peak.bytes if d is None else d.process.typical
 
 
-def _on_device(run: Run, peak: StepPeak) -> OnDevice:
-    """The three counters of the step's peak on the run's GPU."""
+def _on_device(run: Run, peak: StepPeak, paged: Bytes = Bytes(0)) -> OnDevice:
+    """The three counters of the step's peak on the run's GPU (``paged``: its paged optimizer
+    states, outside the allocator)."""
     kind = None if run.gpu is None else run.gpu.kind
     node = run.gpus_per_node or run.timing.node_gpus or 8
-    return on_device(peak.bytes, gpu=kind, layout=run.layout, node_gpus=node)
+    return on_device(peak.bytes, gpu=kind, layout=run.layout, node_gpus=node, paged=paged)
 
 
 def _step(run: Run) -> StepPrediction | None:
@@ -642,6 +730,7 @@ def _adapter_estimate(run: Run) -> Estimate:
                                      states=states, activations=stage))
     kinds = adapter_derivations(shape, a, recipe(t.recipe), t.optimizer, states)
     return Estimate(run=run, stages=(device,), device=device, layer=layer, microbatches=None,
-                    bubble=None, peak=peak, saved=(stage,), on_device=_on_device(run, peak),
+                    bubble=None, peak=peak, saved=(stage,),
+                    on_device=_on_device(run, peak, states.paged_states),
                     derivations=_derivations(run, kinds, device, device, stage, peak=peak,
                                              peak_stage=0, host=Bytes(0), time=None))
