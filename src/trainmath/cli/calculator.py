@@ -233,7 +233,7 @@ def _plan_page(p: Plan, outcome: Outcome) -> str:
 
 #: How the calculator draws each subcommand's result (the Estimate or the Plan it computed).
 RENDERERS: dict[str, Callable[[object, Outcome], str]] = {
-    "estimate": lambda e, outcome: render_estimate(e),
+    "estimate": lambda e, outcome: render_estimate(e, outcome.suggestions),
     "plan": _plan_page,
     "check": lambda dg, outcome: render_check_page(dg),
 }

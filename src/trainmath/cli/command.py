@@ -5,7 +5,8 @@ master weights, optimizer states and activations, for the fullest pipeline stage
 parses and renders: the flags become a :class:`trainmath.runs.description.Run` (:func:`to_run`), the
 library's :func:`trainmath.runs.estimates.estimate` does the arithmetic once, and the reports
 print it (:func:`~trainmath.report.text.render`, or :func:`~trainmath.report.data.estimate_json`
-with ``--json``); ``trainmath plan`` likewise with :func:`trainmath.planner.search.plan`. The
+with ``--json``); with ``--suggest``, :func:`trainmath.planner.suggest.suggest` adds what to
+change when it does not fit, or the room it has; ``trainmath plan`` likewise with :func:`trainmath.planner.search.plan`. The
 flags are the table of :mod:`trainmath.cli.flags`. :func:`execute` returns what a command line
 printed and computed (the calculator page calls it); every invalid input exits with status 2
 and one line on stderr that names the bad value and what is accepted.
@@ -17,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
 from ..memory.finetune_presets import adapter_preset
@@ -41,6 +42,9 @@ from ..checks.loglines import read_log
 from ..checks.oom import read_oom
 from ..time.step import Overlap, Timing
 from .flags import PROG, UsageError, build_parser
+
+if TYPE_CHECKING:
+    from ..planner.suggest import Suggestions
 
 
 _SHAPE_FLAGS = ("layers", "hidden", "heads", "ffn", "vocab")
@@ -167,12 +171,15 @@ class Outcome:
     result: Estimate | Plan | None = None
     args: argparse.Namespace | None = None
     problems: tuple[Problem, ...] = ()
+    #: with ``estimate --suggest``: what to change, or the room to spare
+    #: (:class:`~trainmath.planner.suggest.Suggestions`)
+    suggestions: Suggestions | None = None
 
 
 def execute(argv: Sequence[str]) -> Outcome:
     """Parse ``argv``, compute once, and render as the command prints it (JSON with ``--json``);
     bad input gives status 2 and one line on stderr naming the bad value and what is accepted."""
-    args = None
+    args = suggestions = None
     try:
         args = build_parser().parse_args(list(argv))
         if args.command == "plan":
@@ -181,6 +188,12 @@ def execute(argv: Sequence[str]) -> Outcome:
         elif args.command == "check":
             result = _check(args)
             out = check_json(result) if args.json else render_check(result)
+        elif args.suggest:
+            from ..planner.suggest import suggest  # only here: the command starts faster
+            suggestions = suggest(to_run(args))
+            result = suggestions.estimate
+            out = (estimate_json(result, suggestions) if args.json
+                   else render(result, suggestions))
         else:
             result = estimate(to_run(args))
             out = estimate_json(result) if args.json else render(result)
@@ -189,7 +202,7 @@ def execute(argv: Sequence[str]) -> Outcome:
         return Outcome(argv=tuple(argv), status=2, stdout="", stderr=f"{PROG}: error: {exc}\n",
                        args=args, problems=problems)
     return Outcome(argv=tuple(argv), status=0, stdout=out + "\n", stderr="", result=result,
-                   args=args)
+                   args=args, suggestions=suggestions)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -259,7 +259,8 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
                  ("extras", "what the formulas leave out, offload, and time"),
                  ("time", "the step-time model (with --global-batch and --gpu; stated in the "
                           "output)"),
-                 ("finetune", "fine-tuning (LoRA, QLoRA)")),
+                 ("finetune", "fine-tuning (LoRA, QLoRA)"),
+                 ("output", "output")),
     "check": (("measured", "what the run showed"),
               ("model", "model (a preset, a parameter count, or a shape)"),
               ("training", "training"),
@@ -453,6 +454,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--no-double-quant",), _EST, "finetune", "qlora: fp32 block constants (0.5 bits per "
          "weight) instead of Double Quantization's 8-bit ones (0.127 bits)", kind="off",
          dest="double_quant"),
+    Flag(("--suggest",), ("estimate",), "output", "what to change: when the run does not fit, "
+         "the smallest change of each lever that makes it fit (recompute, ZeRO stage, offload, "
+         "more GPUs, a shorter sequence, a smaller micro-batch, kernels; two levers together "
+         "where no single one fits), each with its memory and its step-time cost, ranked; when "
+         "it fits, the memory to spare and the longest sequence and largest micro-batch that "
+         "still fit. Needs --gpu or --gpu-memory", kind="on", default=False),
     Flag(("--json",), _EST, "", "one JSON object on stdout", kind="on", default=False),
     # check: what the run showed
     Flag(("--oom",), _CHECK, "measured", "PyTorch's out-of-memory message: a file, - for standard "

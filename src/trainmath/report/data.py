@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from ..memory.finetune import headline
 from ..model.moe import MEASURED_BAND, PUBLISHED_MAX_LOADS
@@ -19,14 +20,18 @@ from ..runs.estimates import Estimate
 from ..time.calibration import accuracy
 from ..units import Bytes
 
+if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
+    from ..planner.suggest import Suggestions
+
 
 def _whole(b: Bytes | None) -> int | None:
     """Whole bytes: a shard of an uneven division rounds up (that rank holds the extra byte)."""
     return None if b is None else math.ceil(b.n)
 
 
-def estimate_dict(e: Estimate) -> dict:
-    """``e`` as ``trainmath estimate --json`` prints it: whole bytes, inputs included."""
+def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
+    """``e`` as ``trainmath estimate --json`` prints it: whole bytes, inputs included; with
+    ``suggestions`` (``--suggest``), a ``suggestions`` field (:func:`suggestions_dict`)."""
     r, lay, t, batch = e.run, e.run.layout, e.run.training, e.run.batch
     d, shape, layer = e.device, r.shape, e.layer
     per_device = {"weights": d.weights, "gradients": d.gradients,
@@ -35,6 +40,7 @@ def estimate_dict(e: Estimate) -> dict:
     top = e.peak.peak
     g, (units, held) = e.gathered, e.gathered_at_peak()
     time = e.time
+    extra = {} if suggestions is None else {"suggestions": suggestions_dict(suggestions)}
     return {
         "params": e.params,
         "active_params": e.params if shape is None else param_breakdown(shape).active,
@@ -109,6 +115,42 @@ def estimate_dict(e: Estimate) -> dict:
                 "norm_dtype": r.adapter.norm_dtype,
                 "headline": headline(r.adapter, r.training.recipe, r.training.optimizer)},
         },
+        **extra,
+    }
+
+
+def suggestions_dict(s: Suggestions) -> dict:
+    """:func:`trainmath.planner.suggest.suggest`'s answer as the ``suggestions`` field of
+    ``trainmath estimate --suggest --json``: whether the run fits, the ranked changes (each its
+    flags, levers, words, whole bytes of peak, of what fitting is judged by and of what is left
+    (negative: over), GPUs, predicted step and cost, or why it is not timed, and CPU memory with
+    offload), the room to spare when it fits, the ranking rule, and how many estimates it
+    took."""
+    h = s.headroom
+    return {
+        "fits": s.fits,
+        "ranking": s.ranking,
+        "estimates": s.estimates,
+        "changes": [{
+            "flags": c.flags,
+            "levers": [x.lever for x in c.changes],
+            "words": c.words,
+            "keeps_training": c.keeps,
+            "peak": _whole(c.peak),
+            "needed": _whole(c.needed),
+            "spare": _whole(c.spare),
+            "fits": c.estimate.fits,
+            "gpus": c.gpus,
+            "step_seconds": None if c.step_seconds is None else _sig(c.step_seconds),
+            "cost": None if c.cost is None else _sig(c.cost),
+            "untimed": c.untimed,
+            "host": {"per_device": _whole(c.estimate.host),
+                     "per_node": _whole(c.estimate.host_per_node)},
+        } for c in s.changes],
+        "headroom": None if h is None else {
+            "spare": _whole(h.spare), "longest_seq_len": h.longest_seq,
+            "largest_micro_batch": h.largest_micro_batch, "seq_len_bound": h.seq_bound,
+            "micro_batch_bound": h.micro_batch_bound},
     }
 
 
@@ -204,9 +246,9 @@ def _finetune_dict(e: Estimate) -> dict | None:
             "adapter_weights": _whole(st.adapter_weights)}
 
 
-def estimate_json(e: Estimate) -> str:
+def estimate_json(e: Estimate, suggestions: Suggestions | None = None) -> str:
     """:func:`estimate_dict` as the command prints it (indented by two spaces)."""
-    return json.dumps(estimate_dict(e), indent=2)
+    return json.dumps(estimate_dict(e, suggestions), indent=2)
 
 
 def candidate_dict(c: Candidate) -> dict:

@@ -154,3 +154,45 @@ def assumed(est: Estimate) -> str | None:
     if r.adapter is not None:
         how = "as peft and transformers fine-tune"
     return f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed)
+
+
+def change_words(s) -> str:
+    """What one suggested change gives, in the words every rendering of it uses: its peak, the
+    memory fitting is judged by and what is left, and its cost in the step-time model (a
+    :class:`trainmath.planner.suggest.Suggestion`)::
+
+        peak 43.83 GB, 46.71 GB as nvidia-smi shows it, 39.19 GB to spare; not timed: …
+    """
+    spare = s.spare
+    left = (f"{whole(spare).format('GB', 2)} to spare" if spare.n >= 0
+            else f"{whole(-spare).format('GB', 2)} over")
+    text = (f"peak {whole(s.peak).format('GB', 2)}, {whole(s.needed).format('GB', 2)} as "
+            f"nvidia-smi shows it, {left}")
+    host = s.estimate.host
+    if host.n:  # offload: the CPU memory it needs, as the estimate counts it
+        node = s.estimate.host_per_node
+        text += (f"; CPU memory {whole(host).format('GB', 2)} per GPU"
+                 + ("" if node is None else f", {whole(node).format('GB', 2)} per node"))
+    if s.cost is not None:
+        text += (f"; step {s.step_seconds:.3g} s on {s.gpus:,} GPU{'s' if s.gpus > 1 else ''}, "
+                 f"GPU time per token {s.cost:+.1%}")
+    elif s.untimed:
+        text += f"; cost not timed: {s.untimed}"
+    return text
+
+
+def headroom_words(h, est: Estimate) -> str:
+    """What a run that fits has to spare and could buy (a
+    :class:`trainmath.planner.suggest.Headroom`): ``"8.02 GB to spare: the longest sequence
+    that fits is 9,216 tokens, now 8,192 (--seq-len); the largest micro-batch 1, now 1
+    (--micro-batch)"``."""
+    text = f"{whole(h.spare).format('GB', 2)} to spare"
+    if h.longest_seq is None:
+        return text + " (a longer sequence or a larger micro-batch needs a model shape and --seq-len)"
+    now = est.run.batch
+    seq = f"{h.longest_seq:,} tokens" + (" or more, the most searched"
+                                         if h.longest_seq >= h.seq_bound else "")
+    micro = f"{h.largest_micro_batch}" + (", the most the global batch allows"
+                                         if h.largest_micro_batch >= h.micro_batch_bound else "")
+    return (f"{text}: the longest sequence that fits is {seq}, now {now.seq_len:,} (--seq-len); "
+            f"the largest micro-batch {micro}, now {now.micro_batch} (--micro-batch)")

@@ -10,14 +10,18 @@ from __future__ import annotations
 import html
 import math
 import re
+from typing import TYPE_CHECKING
 
 from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from .data import estimate_dict
-from .facts import assumed, fit, whole
+from .facts import assumed, change_words, fit, headroom_words, whole
 from .terms import explain
-from .text import render, render_check, render_plan
+from .text import SHOWN, render, render_check, render_plan
+
+if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
+    from ..planner.suggest import Suggestions
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -112,11 +116,12 @@ def _page_title(link: str) -> str:
     return _TITLES.get(link.split(".html")[0], link)
 
 
-def render_estimate(est: Estimate) -> str:
+def render_estimate(est: Estimate, suggestions: Suggestions | None = None) -> str:
     """The HTML the calculator shows for an estimate: what the command's table shows, a stacked
     bar of what is alive at the peak, and the arithmetic of each figure
     (:func:`trainmath.report.terms.explain`), from the :class:`~trainmath.runs.estimates.Estimate`
-    itself and its JSON (:func:`trainmath.report.data.estimate_dict`)."""
+    itself and its JSON (:func:`trainmath.report.data.estimate_dict`); with ``suggestions``
+    (``--suggest``), what to change after the verdict (:func:`render_suggestions`)."""
     data = estimate_dict(est)
     inputs, per = data["inputs"], data["per_device"]
     name = inputs["model"] or "--params"
@@ -177,6 +182,8 @@ def render_estimate(est: Estimate) -> str:
     if verdict is not None:
         fits = (f'<p class="tm-calc-fits" data-fits="{str(verdict.fits).lower()}">Fits in '
                 f"{escape(verdict.where)}: <strong>{escape(verdict.verdict)}</strong>.</p>")
+    if suggestions is not None:
+        fits += render_suggestions(suggestions)
     bar = peak_bar(est)
     time = data["time"]
     if time:
@@ -184,12 +191,34 @@ def render_estimate(est: Estimate) -> str:
                  f"{time['gpu_hours']:,.0f} GPU-hours, {time['tokens_per_second']:,.0f} tokens/s "
                  f"({escape(time['peak'])}).</p>")
     terms = _terms_html(explain(est))
-    text = escape(render(est))  # the command's own table, as a terminal shows it
+    text = escape(render(est, suggestions))  # the command's own table, as a terminal shows it
     return (f"{head}{table}{when}{fits}<h3>At the peak</h3>{bar}"
             f'<h3>Show the arithmetic</h3><div class="tm-calc-terms">{terms}</div>'
             f'<details class="tm-calc-text-box"><summary>What <code>trainmath estimate</code> '
             f'prints (without <code>--json</code>)</summary><pre class="tm-calc-text" '
             f'tabindex="0">{text}</pre></details>')
+
+
+def render_suggestions(s: Suggestions) -> str:
+    """``--suggest`` as HTML: the ranked changes that make the run fit (a list: each its flags,
+    what it does, its memory and cost, :func:`trainmath.report.facts.change_words`), or the room
+    a run that fits has to spare and what it could buy."""
+    if s.fits:
+        return (f'<div class="tm-calc-suggest"><h3>Room to spare</h3><p>'
+                f"{escape(headroom_words(s.headroom, s.estimate))}.</p></div>")
+    if not s.changes:
+        return ('<div class="tm-calc-suggest"><h3>What to change</h3><p>No change of one or two '
+                "levers makes it fit; the planner (Which layout?) ranks every layout of a GPU "
+                "count.</p></div>")
+    items = "".join(
+        f"<li><code>{escape(c.flags)}</code>"
+        + ("" if c.keeps else " <em>(changes what a step trains)</em>")
+        + f": {escape(c.words)}.<br>{escape(change_words(c))}.</li>" for c in s.changes[:SHOWN])
+    if len(s.changes) > SHOWN:
+        items += f"<li>and {len(s.changes) - SHOWN} more, which the JSON lists</li>"
+    return (f'<div class="tm-calc-suggest"><h3>What to change</h3><p>The smallest setting of '
+            "each lever that makes it fit, or of two together where neither does alone; ranked: "
+            f"{escape(s.ranking)}.</p><ol>{items}</ol></div>")
 
 
 def render_plan_page(p: Plan, top: int = 10, explain: bool = False) -> str:

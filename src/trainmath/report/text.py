@@ -6,6 +6,7 @@ ranking table with the assumptions behind its times.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..hardware import PCIE, gpu
 from ..memory.finetune import describe, headline, share
@@ -16,12 +17,17 @@ from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
-from .facts import assumed, band_words, fit, load_words, routing_name, routing_words
+from .facts import (assumed, band_words, change_words, fit, headroom_words, load_words,
+                    routing_name, routing_words)
+
+if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
+    from ..planner.suggest import Suggestions
 
 
 # -- output ---------------------------------------------------------------------------------------
-def render(est: Estimate) -> str:
-    """The readable table: per device, GB with GiB beside, the step's peak, what fits, sources."""
+def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
+    """The readable table: per device, GB with GiB beside, the step's peak, what fits, sources;
+    with ``suggestions`` (``--suggest``), what to change or the room to spare, after the fit."""
     r, lay, t, batch, shape = est.run, est.run.layout, est.run.training, est.run.batch, est.run.shape
     name = "--params" if shape is None else shape.name
     lines = [f"{name}: {est.params:,} parameters, recipe {t.recipe}, {t.optimizer} "
@@ -102,6 +108,8 @@ def render(est: Estimate) -> str:
     verdict = fit(est)
     if verdict is not None:
         lines.append(f"fits in {verdict.where}: {verdict.verdict}")
+    if suggestions is not None:
+        lines.extend(suggestion_lines(suggestions))
     lines.extend(_expert_lines(est))
     lines.extend(_host_lines(est))
     lines.extend(_step_lines(est))
@@ -114,6 +122,29 @@ def render(est: Estimate) -> str:
         lines.append("  checked against peft (the Fine-tuning page).")
     lines.append("  GB = 10^9 bytes, GiB = 2^30 bytes")
     return "\n".join(lines)
+
+
+#: The most suggestions the text and the page show (the JSON has every one).
+SHOWN = 8
+
+
+def suggestion_lines(s: Suggestions) -> list[str]:
+    """``--suggest``: the changes that make the run fit, ranked, each its flags, what it does,
+    its memory and cost; or the room a run that fits has to spare and what it could buy."""
+    if s.fits:
+        return [f"room: {headroom_words(s.headroom, s.estimate)}"]
+    if not s.changes:
+        return ["to make it fit: no change of one or two levers does (trainmath plan ranks every "
+                "layout of a GPU count)"]
+    lines = [("to make it fit, the smallest setting of each lever that does, or of two together "
+             f"where neither does alone; ranked: {s.ranking}:")]
+    for i, c in enumerate(s.changes[:SHOWN], 1):
+        mark = "" if c.keeps else " (changes what a step trains)"
+        lines.append(f"  {i}. {c.flags}{mark}: {c.words}")
+        lines.append(f"     {change_words(c)}")
+    if len(s.changes) > SHOWN:
+        lines.append(f"  and {len(s.changes) - SHOWN} more (--json lists every one)")
+    return lines
 
 
 def _gathered_lines(est: Estimate, row) -> list[str]:
