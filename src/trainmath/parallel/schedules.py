@@ -7,11 +7,11 @@ the pipeline idles (pp − 1)/(m·v) of the ideal step time. The memory of a sta
 from here.
 
 The zero-bubble schedules split each backward into B, the input's gradient, and W, the
-weights' gradient, and fill the bubble with the W passes (Qi et al. 2023, *Zero Bubble
-Pipeline Parallelism*): :data:`SCHEDULES` names the ones PyTorch's
+weights' gradient, and fill the bubble with the W passes (Qi et al. 2024, *Zero Bubble
+(Almost) Pipeline Parallelism*): :data:`SCHEDULES` names the ones PyTorch's
 ``torch.distributed.pipelining`` ships (torch 2.13), and :func:`in_flight` and
 :func:`bubble_idle` give what each holds and idles, as PyTorch's generated orders do
-(``validate/pipeline_orders.py`` runs those orders and the tests compare).
+(``validate/measure/pipeline.py`` runs those orders and the tests compare).
 
 >>> in_flight(4), bubble_fraction(4, 32)
 (Fraction(4, 1), Fraction(3, 32))
@@ -29,11 +29,11 @@ from ..units import positive_int
 #: The pipeline schedules, by the name the command takes, and what each is in
 #: ``torch.distributed.pipelining`` (torch 2.13): ``1f1b`` is Schedule1F1B, and with v > 1
 #: chunks per device ScheduleInterleaved1F1B (Narayanan et al. 2021 §2.2); ``zb-h1``
-#: ScheduleInterleavedZeroBubble ("the ZB1P schedule in the paper", Qi et al. 2023 §2.1),
-#: one chunk per device or v; ``zb-v`` ScheduleZBVZeroBubble (Qi et al. 2023 §6, two chunks
-#: per device in a V); ``dualpipev`` ScheduleDualPipeV, DeepSeek's DualPipe (DeepSeek-AI
-#: 2024, §3.2.1) cut in half: two chunks per device in a V, a forward of one micro-batch
-#: overlapped with a backward of another.
+#: ScheduleInterleavedZeroBubble ("the ZB1P schedule in the paper": ZB-H1 of Qi et al.
+#: 2024), one chunk per device or v; ``zb-v`` ScheduleZBVZeroBubble (the V of Qi et al.
+#: 2024b, two chunks per device); ``dualpipev`` ScheduleDualPipeV, DeepSeek's DualPipe
+#: (DeepSeek-AI 2024, the DeepSeek-V3 report) cut in half: two chunks per device in a V, a
+#: forward of one micro-batch overlapped with a backward of another.
 SCHEDULES = {
     "1f1b": "1F1B (interleaved 1F1B with v > 1): Megatron-LM's default",
     "zb-h1": "zero bubble ZB-H1: 1F1B with each backward split, weights' gradients late",
@@ -53,7 +53,7 @@ def bubble_fraction(pp: int, m: int, v: int = 1, schedule: str = "1f1b") -> Frac
     being pp) and §2.2.2 (interleaved schedule with v model chunks per device). It is a ratio
     to the *ideal* time: the bubble's share of the whole step is :func:`bubble_share`. For the
     zero-bubble schedules it is :func:`bubble_idle` over m(F + B + W) with F = B = W, the
-    sources' assumption (Qi et al. 2023 §2; the step-time model uses each pass's own time).
+    sources' assumption (Qi et al. 2024; the step-time model uses each pass's own time).
 
     >>> bubble_fraction(4, 32), bubble_fraction(4, 32, schedule="zb-h1")
     (Fraction(3, 32), Fraction(1, 32))
@@ -100,10 +100,11 @@ def in_flight(pp: int, *, v: int = 1, microbatches: int | None = None, stage: in
 
     The zero-bubble schedules keep a micro-batch's activations until its W pass, as PyTorch's
     runtime does (``stage_backward_input`` retains the autograd graph for
-    ``stage_backward_weight``): ``zb-h1`` holds pp on every stage (Qi et al. 2023 §2.1: the
+    ``stage_backward_weight``): ``zb-h1`` holds pp on every stage (Qi et al. 2024: the
     first stage no more than 1F1B's, the others as many, since W waits), ``zb-v`` 2·pp chunks
-    = pp (Qi et al. 2023 §6: ZB-V's memory equals 1F1B's), ``dualpipev`` 2·pp + 1 chunks =
-    pp + ½ (DeepSeek-AI 2024, Table 2: "PP + 1" stages' worth, their PP being 2·pp chunks):
+    = pp (the authors' repository, sail-sg/zero-bubble-pipeline-parallelism: ZB-V's memory
+    equals 1F1B's), ``dualpipev`` 2·pp + 1 chunks =
+    pp + ½ (deepseek-ai/DualPipe's README: "PP + 1" stages' worth, their PP being 2·pp chunks):
     once m reaches :func:`schedule_problems`' least, counts PyTorch's orders reproduce.
     """
     pp = positive_int("pp (pipeline-parallel size)", pp)
@@ -183,18 +184,18 @@ def bubble_idle(schedule: str, pp: int, v: int, *, forward: float, backward_inpu
                 backward_weight: float) -> float:
     """Seconds a step idles beyond m micro-batches' work, for stages alike that each take
     ``forward`` + ``backward_input`` + ``backward_weight`` seconds a micro-batch (F, B and W of
-    Qi et al. 2023, the whole device's layers):
+    Qi et al. 2024, the whole device's layers):
 
     - ``1f1b``: (pp − 1)(F + B + W)/v (Narayanan et al. 2021 §2.2.1, §2.2.2);
-    - ``zb-h1``: (pp − 1)(F + B − W)/v (Qi et al. 2023 §2.1: a third of 1F1B's when F = B = W);
+    - ``zb-h1``: (pp − 1)(F + B − W)/v (Qi et al. 2024, ZB-H1: a third of 1F1B's when F = B = W);
     - ``zb-v``: (pp − 1)(F + B − W)/2, the fill of its V, each chunk half a device;
     - ``dualpipev``: ((pp − 1)B + (pp − 2)(B − W))/2, with no credit for the overlap of a
-      forward and a backward (DeepSeek-AI 2024's F&B).
+      forward and a backward (the F&B of deepseek-ai/DualPipe's README).
 
     These are what PyTorch's own orders idle when each pass takes these times
-    (``validate/pipeline_orders.py`` runs them, torch 2.13), for F ≤ B and W ≤ B, as in a
+    (``validate/measure/pipeline.py`` runs them, torch 2.13), for F ≤ B and W ≤ B, as in a
     transformer layer (B also holds attention's backward), and m at least
-    :func:`schedule_problems`' least. DeepSeek-AI 2024's Table 2 writes DualPipe's bubble
+    :func:`schedule_problems`' least. deepseek-ai/DualPipe's README writes DualPipeV's bubble
     (PP/2 − 1)(F&B + B − 3W), their B the whole backward.
 
     >>> bubble_idle("zb-h1", 4, 1, forward=1, backward_input=1, backward_weight=1)
@@ -224,7 +225,7 @@ def schedule_bubble(schedule: str, pp: int, m: int, v: int = 1, *, weight_share:
                     ) -> float:
     """The bubble over the ideal time m(F + B + W), with W ``weight_share`` of a micro-batch's
     work and F and B splitting the rest evenly (a third each by default, the "T_F = T_B = T_W"
-    of Qi et al. 2023): :func:`bubble_idle` / (m(F + B + W)).
+    of Qi et al. 2024): :func:`bubble_idle` / (m(F + B + W)).
 
     >>> round(schedule_bubble("zb-h1", 4, 32), 4), round(schedule_bubble("1f1b", 4, 32), 4)
     (0.0313, 0.0938)

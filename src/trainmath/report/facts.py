@@ -122,8 +122,8 @@ def band_words() -> str:
 
 
 #: whose figures a pipeline schedule's bubble and memory are, as the outputs cite them
-SCHEDULE_SOURCES = {"1f1b": "Narayanan et al. 2021", "zb-h1": "Qi et al. 2023",
-                    "zb-v": "Qi et al. 2023", "dualpipev": "DeepSeek-AI 2024, PyTorch's DualPipeV"}
+SCHEDULE_SOURCES = {"1f1b": "Narayanan et al. 2021", "zb-h1": "Qi et al. 2024",
+                    "zb-v": "Qi et al. 2024", "dualpipev": "DeepSeek-AI 2024 and PyTorch's DualPipeV"}
 
 
 def pipeline_words(est: Estimate) -> str:

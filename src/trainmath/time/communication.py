@@ -344,7 +344,7 @@ def context_parallel_bytes(model: ModelShape, lay: Layout, *, seq_len: int, micr
     """Bytes one device sends per layer and micro-batch for one pass of each part of context
     parallelism, with u = :func:`~trainmath.parallel.layout.ulysses_degree` and r = cp/u:
 
-    - Ulysses (Jacobs et al. 2023 §3.1, *DeepSpeed Ulysses*: an all-to-all of Q, K and V before
+    - Ulysses (Jacobs et al. 2023, *DeepSpeed Ulysses*: an all-to-all of Q, K and V before
       attention and one of the output after, each rank sending (u − 1)/u of its buffer):
       (u − 1)/u × b·(s/cp)·(2·q + 2·kv')/tp values, with q = heads·head_dim and kv' the
       key-value width, each KV head repeated when u exceeds kv_heads/tp (DeepSpeed's

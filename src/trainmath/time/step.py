@@ -328,7 +328,7 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
     # per kind: (all its work, what recomputation reruns, forward, backward with the rerun)
     per = {k: (w.forward + w.backward + w.recompute, w.recompute.total, w.forward.total,
                w.backward.total + w.recompute.total) for k, w in works.items()}
-    # the weights' gradient, W of Qi et al. 2023: half the backward's GEMMs (layer.py)
+    # the weights' gradient, W of Qi et al. 2024: half the backward's GEMMs (layer.py)
     weight_grad = {k: w.backward.gemm / 2 for k, w in works.items()}
     groups = _groups(lay, fabric.node_gpus)
 
