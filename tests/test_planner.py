@@ -82,6 +82,8 @@ def test_plan_is_fast():
     planner._estimate.cache_clear()
     steptime._step_time.cache_clear()
     steptime._stage_times.cache_clear()
+    steptime._core.cache_clear()
+    steptime._cp_layer.cache_clear()
     placement._stage_params.cache_clear()
     start = time.process_time()
     plan("llama-3-70b", gpu="h100-sxm", gpus=512, seq_len=8192, global_batch=1024)

@@ -433,8 +433,11 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
         out.append(_dropped(replace(lay, v=v or 1), why, zero_stage=z, recompute=rc,
                             micro_batch=b))
     timed = []
+    variants: dict[tuple[int, int], list[Layout]] = {}  # the same for each ZeRO stage, recompute
     for v, z, rc, b in settings:
-        for lv in _variants(s, replace(lay, v=v), b):
+        if (v, b) not in variants:
+            variants[v, b] = _variants(s, replace(lay, v=v), b)
+        for lv in variants[v, b]:
             t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
             # ties: less memory first (higher ZeRO stage, more recomputation, smaller b)
             timed.append((t.total, -z, -_RECOMPUTE_MEMORY[rc], b, v, lv, z, rc, t))

@@ -255,11 +255,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
                gemm_precision, compiled, routing=Routing()):
     # the stages without context parallelism's traffic are the same under every cp kind and
     # every schedule of one placement: timed once, the traffic and the bubble added here
-    canonical = "zb-v" if lay.schedule in V_SCHEDULES else "1f1b"
-    core = lay if (lay.cp_kind, lay.schedule) == ("ring", canonical) else replace(
-        lay, cp_kind="ring", schedule=canonical)
     m, stage_t, stage_parts, dp_tails, opt, passes, layers, attention = _stage_times(
-        model, core, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
+        model, _core(lay), s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
         gemm_precision, compiled, routing)
     cp_layer = 0.0 if lay.cp == 1 else _cp_layer(
         model, Layout(tp=lay.tp, cp=lay.cp, cp_kind=lay.cp_kind), s, b, rc,
@@ -275,6 +272,16 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
                     recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
                     tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
                     ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+
+
+@lru_cache(maxsize=8192)
+def _core(lay: Layout) -> Layout:
+    """``lay`` with the ring and the schedule that places its chunks alike (1F1B, or ZB-V for
+    a V): what :func:`_stage_times` times, the same for every cp kind and schedule."""
+    canonical = "zb-v" if lay.schedule in V_SCHEDULES else "1f1b"
+    if (lay.cp_kind, lay.schedule) == ("ring", canonical):
+        return lay
+    return replace(lay, cp_kind="ring", schedule=canonical)
 
 
 @lru_cache(maxsize=1024)
