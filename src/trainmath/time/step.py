@@ -259,8 +259,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         model, _core(lay), s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
         gemm_precision, compiled, routing)
     cp_layer = 0.0 if lay.cp == 1 else _cp_layer(
-        model, Layout(tp=lay.tp, cp=lay.cp, cp_kind=lay.cp_kind), s, b, rc,
-        _recipe(recipe_name).compute, fabric, attention)
+        model, (lay.tp, lay.cp, lay.cp_kind), s, b, rc, _recipe(recipe_name).compute, fabric,
+        attention)
     stage_t = [t + n * cp_layer for t, n in zip(stage_t, layers)]
     crit = max(range(lay.pp), key=lambda j: stage_t[j])
     t_max = stage_t[crit]
@@ -285,10 +285,12 @@ def _core(lay: Layout) -> Layout:
 
 
 @lru_cache(maxsize=1024)
-def _cp_layer(model, lay, s, b, rc, compute_bytes, fabric, attention) -> float:
-    """Context parallelism's exposed seconds per layer and micro-batch (``lay``: its tp, cp and
-    kind): the K/V ring under attention (forward and backward, ``attention`` their seconds),
-    Ulysses' all-to-alls in full; a full recomputation reruns the forward's."""
+def _cp_layer(model, split, s, b, rc, compute_bytes, fabric, attention) -> float:
+    """Context parallelism's exposed seconds per layer and micro-batch (``split``: tp, cp and
+    the cp kind): the K/V ring under attention (forward and backward, ``attention`` their
+    seconds), Ulysses' all-to-alls in full; a full recomputation reruns the forward's."""
+    tp, cp, kind = split
+    lay = Layout(tp=tp, cp=cp, cp_kind=kind)
     gpu = fabric.gpu
     ranks, per_node = _groups(lay, fabric.node_gpus)["cp"]
     split = context_parallel_bytes(model, lay, seq_len=s, micro_batch=b,
