@@ -136,7 +136,7 @@ class Search:
     zero_stages: tuple[int, ...] | None = None
     recomputes: tuple[str, ...] | None = None
     #: the pipeline schedules and context-parallel kinds the search may choose (None: every
-    #: one a layout allows, :func:`_variants`)
+    #: one a layout allows)
     schedules: tuple[str, ...] | None = None
     cp_kinds: tuple[str, ...] | None = None
 
