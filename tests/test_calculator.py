@@ -228,6 +228,6 @@ def test_the_summary_says_what_the_command_text_says(capsys):
     first = next(line for line in capsys.readouterr().out.splitlines()
                  if line.split()[:1] == ["1"]).split()
     assert f"dp {first[1]} × tp {first[2]} × pp {first[3]} × cp {first[4]}" in out["summary"]
-    assert f"{first[10]} s a step" in out["summary"] and f"MFU {first[11]}" in out["summary"]
+    assert f"{first[12]} s a step" in out["summary"] and f"MFU {first[13]}" in out["summary"]
     bad = json.loads(calculate("estimate", json.dumps([("model", "llama-3-8b"), ("dp", "0")])))
     assert bad["status"] == 2 and bad["summary"] == ""

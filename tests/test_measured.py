@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, Comparison, comparable, compare, compare_all)
+from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, Comparison, comparable, compare, compare_all, compare_schedule)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "_data" / "measurements.json"
@@ -31,6 +31,21 @@ CONFIGS = [c for c in ALL if comparable(c)]
 NOT_COMPARED = [c for c in ALL if not comparable(c)]
 #: Today's families, built by transformers from a published config.json (validate/measure/hfconfigs.py)
 FROM_CONFIG = [c for c in ALL if "config" in c]
+
+
+@pytest.mark.parametrize("record", DOC["schedules"], ids=[r["id"] for r in DOC["schedules"]])
+def test_each_pipeline_schedule_holds_and_idles_as_pytorch_runs_it(record):
+    """PyTorch's own orders (torch.distributed.pipelining, the pinned torch), run pass by pass
+    in validate/measure/pipeline.py: each rank's peak of micro-batches in flight and the step's
+    idle time equal the library's, exactly."""
+    assert record["id"].startswith("pp-schedule-")
+    bad = [c.describe() for c in compare_schedule(record) if not c.ok]
+    assert not bad, bad
+
+
+def test_the_schedules_measured_cover_every_schedule():
+    from trainmath.parallel.schedules import SCHEDULES
+    assert {r["schedule"] for r in DOC["schedules"]} == set(SCHEDULES)
 
 
 def test_the_file_is_the_measurements_schema():

@@ -204,10 +204,14 @@ def test_the_command_prints_the_library_estimate():
     d = json.loads(out.getvalue())
     assert list(d) == ["params", "active_params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
-                       "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
+                       "microbatches", "pipeline_bubble", "in_flight", "gpus", "fits",
+                       "overhead", "needed",
                        "host", "on_device", "step", "time", "finetune", "experts", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
+    # Megatron-LM's warm-up, 2(pp - i - 1) + (v - 1)pp + 1 chunks of 1/v: 23/5 on stage 0
+    assert d["in_flight"] == [4.6, 4.2, 3.8, 3.4]
+    assert d["inputs"]["schedule"] == "1f1b" and d["inputs"]["cp_kind"] == "ring"
 
 
 def test_to_dict_rounds_an_uneven_shard_up():

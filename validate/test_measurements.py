@@ -66,6 +66,20 @@ def test_recorded_measurement_is_current(recorded, config):
     assert fresh == entry["measured"], f"{config.id}: measured now differs from the file; {HOW}"
 
 
+def test_recorded_schedules_are_current(recorded):
+    """PyTorch's pipeline schedules run again give the recorded counts and idle times."""
+    from validate.measure import pipeline
+    assert recorded["schedules"] == configs.normalise(pipeline.records()), HOW
+
+
+def test_schedules_exist_in_the_pinned_torch():
+    """Every schedule the library names is a class of torch.distributed.pipelining here."""
+    from torch.distributed.pipelining import schedules as S
+    from validate.measure import pipeline
+    for _, name, *_ in pipeline.CASES:
+        assert S.get_schedule_class(name).__name__ == f"Schedule{name}"
+
+
 def test_schema_documents_every_measured_field(recorded):
     from validate import measure
     doc = measure.__doc__

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import finetune, hfconfigs, saved, shapes, step
+from . import finetune, hfconfigs, pipeline, saved, shapes, step
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -204,6 +204,7 @@ def methods() -> dict:
             "autocast-bf16": "fp32 parameters, forward under torch.autocast('cpu', torch.bfloat16)",
         },
         "recipes": " ".join(step.__doc__.split()),
+        "schedules": pipeline.METHOD,
     }
 
 
@@ -217,6 +218,7 @@ def document(results: dict[str, dict], configs: list[Config]) -> dict:
         "versions": versions(),
         "methods": methods(),
         "configurations": [c.describe() | {"measured": results[c.id]} for c in configs],
+        "schedules": normalise(pipeline.records()),
     }
 
 

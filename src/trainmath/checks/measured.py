@@ -37,6 +37,7 @@ from ..memory.fsdp2 import fsdp2_rank
 from ..memory.activations import LayerActivations, layer_activations
 from ..model.hfconfig import shape_from_config
 from ..model.shape import ModelShape, layer_kinds, layer_shape, param_shapes
+from ..parallel.schedules import bubble_idle, in_flight
 from ..runs.description import run
 from ..runs.estimates import Estimate, estimate
 from ..units import Bytes
@@ -64,8 +65,10 @@ MEASURED_RECIPES = {
 #: The precisions of the saved-tensor measurements, by the recipe whose activations they are:
 #: bf16 parameters, or fp32 parameters under ``torch.autocast``.
 MEASURED_PRECISIONS = {"bf16": "bf16-mixed", "autocast-bf16": "amp"}
-#: Relative tolerance of each kind of quantity: states to the byte, activations 1%, peaks 2%.
-TOLERANCES = {"states": Fraction(0), "activations": Fraction(1, 100), "peak": Fraction(2, 100)}
+#: Relative tolerance of each kind of quantity: states to the byte, activations 1%, peaks 2%;
+#: a pipeline schedule's counts and idle time exactly.
+TOLERANCES = {"states": Fraction(0), "activations": Fraction(1, 100), "peak": Fraction(2, 100),
+              "schedule": Fraction(0)}
 
 _SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "mlp", "norm", "bias",
                "tied_embeddings", "positions", "dropout")
@@ -76,7 +79,7 @@ class Comparison:
     """One measured quantity of one configuration beside the library's prediction."""
 
     config: str
-    #: "states", "activations" or "peak" (which tolerance applies)
+    #: "states", "activations", "peak" or "schedule" (which tolerance applies)
     kind: str
     #: what is compared, e.g. "gradients", "one layer", "whole model", "peak"
     quantity: str
@@ -102,7 +105,8 @@ class Comparison:
     def describe(self) -> str:
         """One line: the configuration, the quantity, the measured and the predicted bytes."""
         ratio = "n/a" if self.ratio is None else f"{float(self.ratio):.4f}"
-        return (f"{self.config}: {self.quantity}: measured {self.measured:,} bytes, predicted "
+        unit = "" if self.kind == "schedule" else " bytes"
+        return (f"{self.config}: {self.quantity}: measured {self.measured:,}{unit}, predicted "
                 f"{self.predicted:,} (ratio {ratio}, tolerance "
                 f"{float(TOLERANCES[self.kind]):.0%})")
 
@@ -247,6 +251,26 @@ def _compare_finetune(config: dict, e: Estimate) -> list[Comparison]:
     p = m["peak"]
     out.append(Comparison(cid, "peak", "peak", p["bytes"], _whole(e.peak.bytes),
                           (p["phase"], e.peak.phase)))
+    return out
+
+
+def compare_schedule(record: dict) -> list[Comparison]:
+    """One of PyTorch's pipeline schedules run (a record of the document's ``schedules``) beside
+    :mod:`trainmath.parallel.schedules`: each rank's peak of chunk-micro-batches in flight
+    (:func:`~trainmath.parallel.schedules.in_flight` × v, a rank's micro-batch being v chunks)
+    and the step's idle time for each (f, b, w) the order was run with
+    (:func:`~trainmath.parallel.schedules.bubble_idle` with F = v·f, B = v·b, W = v·w, the
+    whole rank's times), exactly."""
+    sch, pp, m, v = record["schedule"], record["pp"], record["m"], record["v"]
+    cid, got = record["id"], record["measured"]
+    out = [Comparison(cid, "schedule", f"rank {i} in flight (chunk-micro-batches)", n,
+                      int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * v))
+           for i, n in enumerate(got["in_flight_chunks"])]
+    for t in got["idle"]:
+        idle = bubble_idle(sch, pp, v, forward=v * t["f"], backward_input=v * t["b"],
+                           backward_weight=v * t["w"])
+        out.append(Comparison(cid, "schedule", f"idle at f, b, w = {t['f']}, {t['b']}, {t['w']}",
+                              Fraction(t["units"]), Fraction(idle)))
     return out
 
 

@@ -132,7 +132,8 @@ def to_run(args: argparse.Namespace) -> Run:
     model = _model(args)
     lay = Layout(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, v=args.interleave,
                  sequence_parallel=args.sequence_parallel, ep=args.ep,
-                 stages=args.stage_layers or (), etp=args.etp)
+                 stages=args.stage_layers or (), etp=args.etp, schedule=args.schedule,
+                 cp_kind=args.cp_kind)
     check([*time_problems(args.tokens, args.mfu),
            *([] if args.gpus is None else gpus_problems(args.gpus, lay))])
     return Run(
@@ -272,7 +273,9 @@ def _plan(args: argparse.Namespace) -> Plan:
         zero_stages=None if args.zero is None else (args.zero,),
         recomputes=None if args.recompute is None else (args.recompute,),
         capacity_factor=args.capacity_factor, pad_to_capacity=args.pad_to_capacity,
-        expert_load=args.expert_load)
+        expert_load=args.expert_load,
+        schedules=None if args.schedule is None else (args.schedule,),
+        cp_kinds=None if args.cp_kind is None else (args.cp_kind,))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -36,7 +36,8 @@ from ..model.hfconfig import COMPOSITE, FAMILIES
 from ..model.moe import EXPERT_LOADS
 from ..model.presets import PRESETS
 from ..model.shape import MLP_KINDS, NORM_KINDS
-from ..parallel.layout import parse_stages
+from ..parallel.layout import CP_KINDS, parse_stages
+from ..parallel.schedules import SCHEDULES
 from ..time.attention import FLASH_KERNELS
 from ..time.calibration import SUSTAINED
 from ..units import Bytes, parse_bytes
@@ -374,6 +375,12 @@ FLAGS: tuple[Flag, ...] = (
                                         ("interleave", "model chunks per pipeline device (interleaved 1F1B)", 1, "V"),
                                         ("gpus", "check that dp·tp·pp·cp equals this", None, None))),
     Flag(("--sequence-parallel",), _EST, "training", kind="on", default=False),
+    Flag(("--schedule",), _EST, "training", "the pipeline schedule, as torch.distributed."
+         "pipelining names it: " + "; ".join(f"{k}: {v}" for k, v in SCHEDULES.items())
+         + " (default 1f1b)", choices=tuple(SCHEDULES), what="schedule", default="1f1b"),
+    Flag(("--cp-kind",), _EST, "training", "how context parallelism splits attention: "
+         + "; ".join(f"{k}: {v}" for k, v in CP_KINDS.items()) + " (default ring)",
+         choices=tuple(CP_KINDS), what="context-parallel kind", default="ring"),
     *_routing_flags(_EST, "training"),
     Flag(("--stage-layers",), _EST, "training", "layers of each pipeline stage (of each model "
          "chunk with --interleave), e.g. 7/8*14/7 for Llama 3 405B on pp 16; default: even, or "
@@ -493,6 +500,12 @@ FLAGS: tuple[Flag, ...] = (
          "offers)", choices=STAGES, what="ZeRO stage", convert=int),
     Flag(("--recompute",), _PLAN, "run", "search only this recomputation, none, selective or full "
          "(default: each the kernels allow)", choices=RECOMPUTE_KINDS, what="recompute"),
+    Flag(("--schedule",), _PLAN, "run", "search only this pipeline schedule, one of "
+         + ", ".join(SCHEDULES) + " (default: each a layout's micro-batches allow)",
+         choices=tuple(SCHEDULES), what="schedule"),
+    Flag(("--cp-kind",), _PLAN, "run", "search only this context-parallel kind, one of "
+         + ", ".join(CP_KINDS) + " (default: each the heads allow)", choices=tuple(CP_KINDS),
+         what="context-parallel kind"),
     *_routing_flags(_PLAN, "run"),
     # plan: the step-time model's assumptions
     *_time_flags(_PLAN, "assumptions"),

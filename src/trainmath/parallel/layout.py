@@ -44,6 +44,19 @@ from dataclasses import dataclass
 from ..model.shape import ModelShape
 from ..problems import Problem, check
 from ..units import positive_int
+from .schedules import SCHEDULES, V_SCHEDULES, schedule_problems
+
+#: How context parallelism splits attention, by the name the command takes: ``ring`` passes
+#: K and V around the cp ranks (Liu et al. 2023, *Ring Attention*; Megatron-Core's "p2p");
+#: ``ulysses`` moves Q, K, V and the output with all-to-alls so each rank runs attention over
+#: the whole sequence for heads/cp heads (Jacobs et al. 2023, *DeepSpeed Ulysses*);
+#: ``hybrid`` is both (Fang and Zhao 2024, USP; yunchang's ``set_seq_parallel_pg``): Ulysses
+#: over the largest degree that divides cp and the heads, ring over the rest.
+CP_KINDS = {
+    "ring": "ring attention: K and V passed around the cp ranks",
+    "ulysses": "DeepSpeed-Ulysses: all-to-alls split the heads over the cp ranks",
+    "hybrid": "USP: Ulysses over the heads a degree can split, ring over the rest",
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,10 @@ class Layout:
     #: expert-tensor-parallel size: each routed expert split etp ways (Megatron-Core's
     #: ``--expert-tensor-parallel-size``); None: tp, as Megatron-Core defaults it
     etp: int | None = None
+    #: the pipeline schedule, one of :data:`~trainmath.parallel.schedules.SCHEDULES`
+    schedule: str = "1f1b"
+    #: how context parallelism splits attention, one of :data:`CP_KINDS`
+    cp_kind: str = "ring"
 
     def __post_init__(self) -> None:
         for name, what in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"),
@@ -100,6 +117,10 @@ class Layout:
             object.__setattr__(self, "etp", positive_int("etp (expert-tensor-parallel size)",
                                                          self.etp))
         object.__setattr__(self, "sequence_parallel", bool(self.sequence_parallel))
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        if self.cp_kind not in CP_KINDS:
+            raise ValueError(f"cp_kind {self.cp_kind!r} is not one of {', '.join(CP_KINDS)}")
         stages = tuple(self.stages)
         object.__setattr__(self, "stages", tuple(_layer_count(n) for n in stages))
         if stages and len(stages) != self.pp * self.v:
@@ -112,14 +133,22 @@ class Layout:
 
     def device_layers(self, layers: int) -> tuple[int, ...]:
         """Layers on one device of each pipeline stage: its v chunks together."""
-        chunks = self.chunk_layers(layers)
-        return tuple(sum(chunks[i::self.pp]) for i in range(self.pp))
+        return tuple(len(ix) for ix in self.device_layer_indices(layers))
 
     def device_layer_indices(self, layers: int) -> tuple[tuple[int, ...], ...]:
         """The layers (by index, 0 first) on one device of each pipeline stage: chunk c holds
         the c-th run of :meth:`chunk_layers`, and device i the chunks i, i + pp, i + 2pp, …
-        (Narayanan et al. 2021, §2.2.1: interleaved stages)."""
-        return _layer_indices(self.chunk_layers(layers), self.pp)
+        (Narayanan et al. 2021, §2.2.1: interleaved stages); under a V schedule
+        (:data:`~trainmath.parallel.schedules.V_SCHEDULES`) the chunks i and 2·pp − 1 − i, as
+        PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV place them."""
+        return _layer_indices(self.chunk_layers(layers), self.pp,
+                              self.schedule in V_SCHEDULES)
+
+    @property
+    def last_device(self) -> int:
+        """The pipeline device of the last chunk (the LM head and the loss): pp − 1, or 0 under
+        a V schedule, whose last chunk comes back to the first device."""
+        return 0 if self.schedule in V_SCHEDULES else self.pp - 1
 
     @property
     def gpus(self) -> int:
@@ -157,6 +186,10 @@ class Layout:
                 text += f" × edp {self.expert_zero_group}"
         if self.stages:
             text += ", stages of " + describe_stages(self.stages) + " layers"
+        if self.schedule != "1f1b":
+            text += f", schedule {self.schedule}"
+        if self.cp > 1 and self.cp_kind != "ring":
+            text += f", cp {self.cp_kind}"
         return text
 
 
@@ -168,10 +201,12 @@ def _layer_count(n: object) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _layer_indices(chunks: tuple[int, ...], pp: int) -> tuple[tuple[int, ...], ...]:
+def _layer_indices(chunks: tuple[int, ...], pp: int, vee: bool = False
+                   ) -> tuple[tuple[int, ...], ...]:
     starts = [sum(chunks[:c]) for c in range(len(chunks))]
-    return tuple(tuple(j for c in range(i, len(chunks), pp)
-                       for j in range(starts[c], starts[c] + chunks[c]))
+    n = len(chunks)
+    held = [((i, n - 1 - i) if vee else tuple(range(i, n, pp))) for i in range(pp)]
+    return tuple(tuple(j for c in held[i] for j in range(starts[c], starts[c] + chunks[c]))
                  for i in range(pp))
 
 
@@ -226,7 +261,7 @@ def parse_stages(text: str) -> tuple[int, ...]:
 def layout(
     dp: int = 1, tp: int = 1, pp: int = 1, cp: int = 1, *, v: int = 1,
     sequence_parallel: bool = False, ep: int = 1, stages: tuple[int, ...] = (),
-    etp: int | None = None,
+    etp: int | None = None, schedule: str = "1f1b", cp_kind: str = "ring",
 ) -> Layout:
     """A :class:`Layout` with every degree checked to be a positive whole number.
 
@@ -234,7 +269,7 @@ def layout(
     512
     """
     return Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
-                  stages=stages, etp=etp)
+                  stages=stages, etp=etp, schedule=schedule, cp_kind=cp_kind)
 
 
 def microbatches(global_batch: int, dp: int, micro_batch: int) -> int:
@@ -294,6 +329,64 @@ def pipeline_split_problems(model: ModelShape, pp: int, v: int = 1,
     if v > 1 and pp < 2:
         problems.append(Problem(("v", "pp"), f"interleaving (v = {v}) needs pp ≥ 2, got pp {pp}"))
     return problems
+
+
+def ulysses_degree(model: ModelShape, lay: Layout) -> int:
+    """The degree Ulysses splits the heads over: cp under ``ulysses``, 1 under ``ring``, and
+    under ``hybrid`` the largest divisor u of cp that divides both heads/tp and kv_heads/tp,
+    so no KV head is replicated (yunchang's ``sp_ulysses_degree``; its README: Ulysses "cannot
+    exceed the number of heads", hence GQA's KV heads bound it); the rest, cp/u, is the
+    ring's."""
+    if lay.cp_kind == "ring" or lay.cp == 1:
+        return 1
+    if lay.cp_kind == "ulysses":
+        return lay.cp
+    return _hybrid_degree(model.heads // lay.tp, max(model.kv_heads // lay.tp, 1), lay.cp)
+
+
+@lru_cache(maxsize=1024)
+def _hybrid_degree(heads: int, kv: int, cp: int) -> int:
+    return max(u for u in range(1, cp + 1) if cp % u == 0 and heads % u == 0 and kv % u == 0)
+
+
+def _head_split_problems(model: ModelShape, tp: int, u: int) -> list[Problem]:
+    heads, kv = model.heads // tp, max(model.kv_heads // tp, 1)
+    problems = []
+    if heads % u:
+        problems.append(Problem(("cp", "cp_kind", "heads", "tp"), f"Ulysses context parallelism splits each "
+                                f"tensor-parallel rank's heads over cp: heads / tp = "
+                                f"{model.heads} / {tp} = {heads} is not divisible by cp {u} "
+                                "(DeepSpeed-Ulysses: the number of heads must be divisible by "
+                                "the sequence parallel size); accepted: cp a divisor of "
+                                f"{heads}, or --cp-kind ring or hybrid"))
+    elif kv % u and u % kv:
+        problems.append(Problem(("cp", "cp_kind", "kv_heads", "tp"), f"Ulysses context parallelism splits "
+                                f"or replicates the key-value heads: kv_heads / tp = "
+                                f"{model.kv_heads} / {tp} = {kv} and cp {u} divide neither one "
+                                "the other (DeepSpeed's UlyssesSPAttentionHF: the KV head count "
+                                "must divide by the SP size or vice versa); accepted: cp a "
+                                f"divisor or a multiple of {kv}, or --cp-kind ring or hybrid"))
+    return problems
+
+
+def context_split_problems(model: ModelShape, lay: Layout) -> list[Problem]:
+    """Ulysses runs each rank's attention over the whole sequence for a cp-th of the heads, so
+    the heads on each tensor-parallel rank, heads/tp, must divide by cp (DeepSpeed's
+    ``DistributedAttention`` and ``UlyssesSPAttentionHF`` raise otherwise; yunchang's
+    all-to-all reshapes by ``hc // seq_world_size``), and the key-value heads, kv_heads/tp,
+    must divide by cp or cp by them (DeepSpeed's ``UlyssesSPAttentionHF`` then replicates each
+    KV head cp/(kv_heads/tp) times). Ring attention splits the sequence only, and the
+    hybrid picks a Ulysses degree that divides (:func:`ulysses_degree`), so they have no such
+    rule.
+
+    >>> from trainmath.model.presets import preset
+    >>> [p.message.split(" (")[0] for p in context_split_problems(
+    ...     preset("llama-3-8b"), Layout(cp=3, cp_kind="ulysses"))]
+    ["Ulysses context parallelism splits each tensor-parallel rank's heads over cp: heads / tp = 32 / 1 = 32 is not divisible by cp 3"]
+    """
+    if lay.cp_kind != "ulysses" or lay.cp == 1:
+        return []
+    return _head_split_problems(model, lay.tp, lay.cp)
 
 
 def fold_problems(lay: Layout) -> list[Problem]:
@@ -379,17 +472,24 @@ def layout_problems(
 ) -> list[Problem]:
     """Every rule ``lay`` breaks for ``model`` (and the batch, sequence and GPU count when
     given), under one heading that names the layout: :func:`tensor_split_problems`,
-    :func:`expert_problems`, :func:`pipeline_split_problems`, GPUs = dp·tp·pp·cp,
-    :func:`batch_problems`, :func:`sequence_problems`."""
+    :func:`expert_problems`, :func:`pipeline_split_problems`, :func:`context_split_problems`,
+    GPUs = dp·tp·pp·cp, :func:`batch_problems`, the schedule's
+    (:func:`~trainmath.parallel.schedules.schedule_problems`), :func:`sequence_problems`."""
     problems = [*tensor_split_problems(model, lay.tp), *expert_problems(model, lay),
-                *pipeline_split_problems(model, lay.pp, lay.v, lay.stages)]
+                *pipeline_split_problems(model, lay.pp, lay.v, lay.stages),
+                *context_split_problems(model, lay)]
     if gpus is not None:
         problems += gpus_problems(gpus, lay)
+    m = None
     if global_batch is not None or micro_batch is not None:
         if global_batch is None or micro_batch is None:
             raise ValueError("give both global_batch and micro_batch, or neither")
-        problems += batch_problems(positive_int("global_batch (sequences per step)", global_batch),
-                                   lay.dp, positive_int("micro_batch (b)", micro_batch))
+        batch = batch_problems(positive_int("global_batch (sequences per step)", global_batch),
+                               lay.dp, positive_int("micro_batch (b)", micro_batch))
+        problems += batch
+        if not batch:
+            m = _microbatches(global_batch, lay.dp, micro_batch)
+    problems += schedule_problems(lay.schedule, lay.pp, lay.v, m)
     if seq_len is not None:
         problems += sequence_problems(positive_int("seq_len (s)", seq_len), lay)
     heading = f"invalid layout ({lay.describe()}) for {model.name}"

@@ -44,9 +44,11 @@ from ..memory.training import Training
 from ..model.moe import Routing, routing_problems
 from ..model.presets import preset
 from ..model.shape import ModelShape
-from ..parallel.layout import (Batch, Layout, batch_problems, expert_problems,
-                               parse_stages, pipeline_split_problems, sequence_problems,
+from ..parallel.layout import (CP_KINDS, Batch, Layout, _head_split_problems, _hybrid_degree,
+                               batch_problems, expert_problems, parse_stages,
+                               pipeline_split_problems, sequence_problems,
                                tensor_split_problems)
+from ..parallel.schedules import SCHEDULES, schedule_problems
 from ..problems import Problem, check, describe
 from ..runs.description import Gpu, Run
 from ..runs.estimates import _peak
@@ -133,6 +135,10 @@ class Search:
     #: kernels allow)
     zero_stages: tuple[int, ...] | None = None
     recomputes: tuple[str, ...] | None = None
+    #: the pipeline schedules and context-parallel kinds the search may choose (None: every
+    #: one a layout allows)
+    schedules: tuple[str, ...] | None = None
+    cp_kinds: tuple[str, ...] | None = None
 
     @property
     def peak(self) -> float:
@@ -256,6 +262,8 @@ def plan(
     capacity_factor: float | None = None,
     pad_to_capacity: bool = False,
     expert_load: str = "balanced",
+    schedules: tuple[str, ...] | None = None,
+    cp_kinds: tuple[str, ...] | None = None,
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
@@ -266,7 +274,8 @@ def plan(
     kernel) and ``sustained`` (the share of the benchmarks' tensor-core rates), default to the
     implementation's kernel and :func:`trainmath.time.calibration.sustained`. tp and tp × cp stay
     within a node unless ``tp_across_nodes`` / ``cp_across_nodes``. ``zero_stages`` and
-    ``recomputes`` restrict the settings searched. A mixture's ``capacity_factor``,
+    ``recomputes`` restrict the settings searched, and ``schedules`` and ``cp_kinds`` the
+    pipeline schedules and context-parallel kinds (default: each a layout allows). A mixture's ``capacity_factor``,
     ``pad_to_capacity`` and ``expert_load`` (:class:`trainmath.model.moe.Routing`) set what its
     experts' rows are timed and judged for: fitting is judged at the expert load given
     (balanced unless it says otherwise), and the plan says which. ``layout`` ("dp=16,tp=8,pp=4", optionally
@@ -287,7 +296,9 @@ def plan(
                  zero_stages=None if zero_stages is None else tuple(zero_stages),
                  recomputes=None if recomputes is None else tuple(recomputes),
                  capacity_factor=capacity_factor, pad_to_capacity=pad_to_capacity,
-                 expert_load=expert_load)
+                 expert_load=expert_load,
+                 schedules=None if schedules is None else tuple(schedules),
+                 cp_kinds=None if cp_kinds is None else tuple(cp_kinds))
     key = tuple(asked.items())
     try:
         hash(key)
@@ -305,7 +316,8 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
             optimizer, gpu_memory, nvlink, network, overlap, kernel, sustained, tp_across_nodes,
             cp_across_nodes, max_interleave, zero_stages=None, recomputes=None,
             capacity_factor=None, pad_to_capacity=False,
-            expert_load="balanced") -> tuple[Search, tuple[str, ...]]:
+            expert_load="balanced", schedules=None, cp_kinds=None
+            ) -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -338,7 +350,11 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
                   sustained=None if sustained is None else float(sustained),
                   tp_across_nodes=tp_across_nodes, cp_across_nodes=cp_across_nodes,
                   max_interleave=max_v, zero_stages=_stages_asked(zero_stages, t0.recipe),
-                  recomputes=_recomputes_asked(recomputes)), probe.assumed
+                  recomputes=_recomputes_asked(recomputes),
+                  schedules=None if schedules is None else tuple(
+                      _named("schedule", x, SCHEDULES) for x in schedules),
+                  cp_kinds=None if cp_kinds is None else tuple(
+                      _named("cp_kind", x, CP_KINDS) for x in cp_kinds)), probe.assumed
 
 
 def _plan(*, layout, **asked) -> Plan:
@@ -394,6 +410,12 @@ def _recomputes_asked(recomputes) -> tuple[str, ...] | None:
     return tuple(choice("recompute", rc, RECOMPUTE_KINDS) for rc in recomputes)
 
 
+def _named(what: str, value: str, accepted) -> str:
+    if value not in accepted:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(accepted)}")
+    return value
+
+
 def _rate(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number of bytes per second, got {value!r}")
@@ -411,11 +433,14 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
         out.append(_dropped(replace(lay, v=v or 1), why, zero_stage=z, recompute=rc,
                             micro_batch=b))
     timed = []
+    variants: dict[tuple[int, int], list[Layout]] = {}  # the same for each ZeRO stage, recompute
     for v, z, rc, b in settings:
-        lv = replace(lay, v=v)
-        t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
-        # ties: less memory first (higher ZeRO stage, more recomputation, smaller b)
-        timed.append((t.total, -z, -_RECOMPUTE_MEMORY[rc], b, v, lv, z, rc, t))
+        if (v, b) not in variants:
+            variants[v, b] = _variants(s, replace(lay, v=v), b)
+        for lv in variants[v, b]:
+            t = s.time(lv, zero_stage=z, recompute=rc, micro_batch=b)
+            # ties: less memory first (higher ZeRO stage, more recomputation, smaller b)
+            timed.append((t.total, -z, -_RECOMPUTE_MEMORY[rc], b, v, lv, z, rc, t))
     timed.sort(key=lambda x: x[:5])
     failed: list[tuple[int, int, str, int]] = []
     winner = None
@@ -425,7 +450,7 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
             out.append(_dropped(lv, f"slower than {winner.describe()}, which fits", zero_stage=z,
                                 recompute=rc, micro_batch=b, time=t))
             continue
-        implied = next((f for f in failed if f[0] == v and z <= f[1]
+        implied = next((f for f in failed if f[0] == (v, lv.schedule) and z <= f[1]
                         and _RECOMPUTE_MEMORY[rc] <= _RECOMPUTE_MEMORY[f[2]] and b >= f[3]), None)
         if implied is not None:
             fv, fz, frc, fb = implied
@@ -433,10 +458,13 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
                                     f"recompute {frc}, b {fb}, which does not fit", zero_stage=z,
                                 recompute=rc, micro_batch=b, time=t))
             continue
-        peak = _estimate(s, lv, micro_batch=b, zero_stage=z, recompute=rc).bytes
+        # the cp kinds hold the same bytes (Ulysses' heads over the whole sequence are the
+        # ring's sequence over all heads): one estimate for them all
+        peak = _estimate(s, replace(lv, cp_kind="ring"), micro_batch=b, zero_stage=z,
+                         recompute=rc).bytes
         process = _process(s, lv, peak)
         if process > memory:
-            failed.append((v, z, rc, b))
+            failed.append(((v, lv.schedule), z, rc, b))
             out.append(_dropped(lv, f"does not fit: {process.format('GB', 1)} as nvidia-smi "
                                     f"shows it (peak {peak.format('GB', 1)}) > "
                                     f"{memory.format('GB', 1)} usable", zero_stage=z, recompute=rc,
@@ -446,6 +474,34 @@ def _search_grid(s: Search, lay: Layout, out: list[Candidate]) -> Candidate | No
                          process=process, reason="fits; the fastest setting of this layout")
         out.append(winner)
     return winner
+
+
+def _variants(s: Search, lay: Layout, micro_batch: int) -> list[Layout]:
+    """``lay`` under each pipeline schedule and context-parallel kind the search may choose
+    and the layout allows: a schedule whose :func:`~trainmath.parallel.schedules.schedule_problems`
+    find nothing for its m micro-batches (ZB-H1 interleaved only when asked for: it idles as
+    ZB-V does, with v chunks' memory), a kind whose
+    :func:`~trainmath.parallel.layout.context_split_problems` find nothing (the hybrid only
+    where it is neither pure ring nor pure Ulysses)."""
+    m = s.global_batch // (lay.dp * micro_batch)
+    schedules = ["1f1b"] if lay.pp == 1 else [
+        sch for sch in SCHEDULES if not schedule_problems(sch, lay.pp, lay.v, m)
+        and (sch != "zb-h1" or lay.v == 1 or s.schedules is not None)]
+    kinds = ["ring"]
+    if lay.cp > 1:
+        hybrid = _hybrid_degree(s.model.heads // lay.tp, max(s.model.kv_heads // lay.tp, 1),
+                                lay.cp)
+        if not _head_split_problems(s.model, lay.tp, lay.cp):
+            kinds.append("ulysses")
+        if 1 < hybrid < lay.cp:
+            kinds.append("hybrid")
+    if s.schedules is not None:
+        schedules = [sch for sch in schedules if sch in s.schedules]
+    if s.cp_kinds is not None:
+        kinds = [k for k in kinds if k in s.cp_kinds]
+    if schedules == ["1f1b"] and kinds == ["ring"]:
+        return [lay]
+    return [replace(lay, schedule=sch, cp_kind=k) for sch in schedules for k in kinds]
 
 
 def _process(s: Search, lay: Layout, peak: Bytes) -> Bytes:

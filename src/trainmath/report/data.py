@@ -57,6 +57,7 @@ def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
         "pipeline_stage": e.pipeline_stage,
         "microbatches": e.microbatches,
         "pipeline_bubble": None if e.bubble is None else float(e.bubble),
+        "in_flight": [None if sa is None else float(sa.held) for sa in e.saved] or None,
         "gpus": e.gpus,
         "fits": e.fits,
         "overhead": _whole(e.overhead),
@@ -94,7 +95,8 @@ def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
             "pad_to_capacity": t.routing.pad, "expert_load": t.routing.load,
             "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
             "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
-            "interleave": lay.v, "recompute": t.recompute,
+            "interleave": lay.v, "schedule": lay.schedule, "cp_kind": lay.cp_kind,
+            "recompute": t.recompute,
             "implementation": t.implementation, "attention": t.attention,
             "mlp_kernel": t.mlp_kernel,
             "assumed": list(r.assumed),
@@ -256,7 +258,7 @@ def candidate_dict(c: Candidate) -> dict:
     lay, t = c.layout, c.time
     return {
         "dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep,
-        "etp": lay.expert_tp, "v": lay.v,
+        "etp": lay.expert_tp, "v": lay.v, "schedule": lay.schedule, "cp_kind": lay.cp_kind,
         "sequence_parallel": lay.sequence_parallel, "zero": c.zero_stage,
         "recompute": c.recompute, "micro_batch": c.micro_batch,
         "status": c.status, "reason": c.reason, "rank": c.rank,

@@ -135,6 +135,19 @@ def band_words() -> str:
             "run can run out of memory: the worst case bounds them")
 
 
+#: whose figures a pipeline schedule's bubble and memory are, as the outputs cite them
+SCHEDULE_SOURCES = {"1f1b": "Narayanan et al. 2021", "zb-h1": "Qi et al. 2024",
+                    "zb-v": "Qi et al. 2024", "dualpipev": "DeepSeek-AI 2024 and PyTorch's DualPipeV"}
+
+
+def pipeline_words(est: Estimate) -> str:
+    """``"m = 32 micro-batches per step, bubble 9.38% of the ideal step (1f1b, Narayanan et al.
+    2021)"``: the pipeline line every rendering shows (with a global batch)."""
+    schedule = est.run.layout.schedule
+    return (f"m = {est.microbatches} micro-batches per step, bubble {float(est.bubble):.2%} of "
+            f"the ideal step ({schedule}, {SCHEDULE_SOURCES[schedule]})")
+
+
 def assumed(est: Estimate) -> str | None:
     """What the run took from defaults, and why: ``"assumed (as llama-3-8b is commonly
     trained): recipe bf16-mixed, kernels megatron-te, the recipe's fused optimizer step"``;

@@ -16,7 +16,7 @@ from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from .data import estimate_dict
-from .facts import assumed, change_words, fit, headroom_words, whole
+from .facts import assumed, change_words, fit, headroom_words, pipeline_words, whole
 from .terms import explain
 from .text import SHOWN, render, render_check, render_plan
 
@@ -142,8 +142,7 @@ def render_estimate(est: Estimate, suggestions: Suggestions | None = None) -> st
                  f"recompute {escape(t.recompute)}, {escape(t.implementation)} kernels "
                  f"({escape(t.attention)} attention{escape(kernel)}).</p>")
     if data["microbatches"] is not None:
-        head += (f"<p>Pipeline: m = {data['microbatches']} micro-batches per step, bubble "
-                 f"{data['pipeline_bubble']:.2%} of the ideal step (Narayanan et al. 2021).</p>")
+        head += f"<p>Pipeline: {escape(pipeline_words(est))}.</p>"
     where = ""
     if inputs["pp"] > 1:
         where = f" (pipeline stage {data['pipeline_stage']}, the fullest)"

@@ -18,7 +18,7 @@ from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
 from .facts import (assumed, band_words, change_words, fit, headroom_words, load_words,
-                    routing_name, routing_words)
+                    pipeline_words, routing_name, routing_words)
 
 if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
     from ..planner.suggest import Suggestions
@@ -60,8 +60,7 @@ def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
                      f"{t.recompute}, {t.implementation} kernels ({t.attention} attention"
                      f"{kernel}{cast})")
     if est.microbatches is not None:
-        lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
-                     f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")
+        lines.append(f"pipeline: {pipeline_words(est)}")
     where = f" (pipeline stage {est.pipeline_stage}, the fullest)" if lay.pp > 1 else ""
     lines.append(f"per device{where}:")
 
@@ -354,7 +353,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
              f"the step-time model: {accuracy()}",
              *_plan_expert_lines(p),
              f"{len(p.candidates)} layouts considered, {kept} fit (--json lists every one and why)",
-             f" rank  dp   tp  pp  cp{'  ep etp' if moe else ''}   v  ZeRO  recompute  b    GPU GB  step s   MFU   tokens/s  limited by"]
+             f" rank  dp   tp  pp  cp{'  ep etp' if moe else ''}   v  schedule   cp by    ZeRO  recompute  b    GPU GB  step s   MFU   tokens/s  limited by"]
     rows = list(p.ranking[:top])
     if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
         rows.append(p.user)
@@ -369,8 +368,11 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
         if c.status != "kept":
             limit = "does not fit"
         ep = f" {lay.ep:>3} {lay.expert_tp:>3}" if moe else ""
-        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3}{ep} {lay.v:>3} "
-                     f"{c.zero_stage:>5}  {c.recompute:<9} {c.micro_batch:>2} {peak:>9} "
+        cp_by = "-" if lay.cp == 1 else lay.cp_kind
+        schedule = "-" if lay.pp == 1 else lay.schedule
+        lines.append(f"{rank:>5} {lay.dp:>3} {lay.tp:>4} {lay.pp:>3} {lay.cp:>3}{ep} {lay.v:>3}  "
+                     f"{schedule:<9}  {cp_by:<7} {c.zero_stage:>5}  {c.recompute:<9} "
+                     f"{c.micro_batch:>2} {peak:>9} "
                      f"{step:>7} {mfu:>6} {tps:>10}  {limit}")
     if p.user is not None:
         lines.append(p.user.reason)

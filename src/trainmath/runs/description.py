@@ -251,6 +251,8 @@ def run(
     offload_to: str = "cpu",
     host_memory: Bytes | str | None = None,
     nvme: Bytes | str | None = None,
+    schedule: str = "1f1b",
+    cp_kind: str = "ring",
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -265,7 +267,8 @@ def run(
     ``capacity_factor``, ``pad_to_capacity`` and the ``expert_load`` counted
     (:class:`trainmath.model.moe.Routing`). ``offload_to`` ("cpu" or "nvme"), ``host_memory``
     and ``nvme`` (per node, amounts or texts such as ``"1.5TB"``) are the offload's tiers
-    (:class:`trainmath.memory.offload.Tiers`).
+    (:class:`trainmath.memory.offload.Tiers`). ``schedule`` is the pipeline schedule and
+    ``cp_kind`` how context parallelism splits attention (:class:`~trainmath.parallel.layout.Layout`).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -287,7 +290,7 @@ def run(
                           optimizer_impl=optimizer_impl, offload=offload,
                           routing=Routing(capacity_factor, pad_to_capacity, expert_load)),
         layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
-                      stages=stages, etp=etp),
+                      stages=stages, etp=etp, schedule=schedule, cp_kind=cp_kind),
         batch=Batch(seq_len, micro_batch, global_batch),
         gpu=None if gpu is None and gpu_memory is None else Gpu(gpu_memory, gpu),
         overhead=overhead,

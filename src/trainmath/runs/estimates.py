@@ -371,7 +371,7 @@ def estimate(run: Run) -> Estimate:
     bubble = None
     if batch.global_batch is not None:
         m = _microbatches(batch.global_batch, lay.dp, batch.micro_batch)
-        bubble = _bubble(lay.pp, m, lay.v)
+        bubble = _bubble(lay.pp, m, lay.v, lay.schedule)
     layer, acts_of, devices, inputs, peaks, top = _stages(run, m, every_stage=True)
     stage_acts = tuple(acts_of.values())
     stages = tuple(devices.values())

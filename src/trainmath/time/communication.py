@@ -20,9 +20,10 @@ from ..memory.sharding import (DTYPE_BYTES, FSDP_STRATEGIES, _check_strategy, _d
                                _shard_group, check_stage)
 from ..model.moe import _check
 from ..model.shape import ModelShape
-from ..parallel.layout import Layout, microbatches, sequence_problems
+from ..parallel.layout import Layout, microbatches, sequence_problems, ulysses_degree
 from ..problems import check
 from ..parallel.placement import stage_params
+from ..parallel.schedules import V_SCHEDULES
 from .collectives import all_to_all_factor, ring_all_reduce_factor, ring_gather_factor
 from ..units import Bytes, choice, positive_int
 
@@ -231,13 +232,17 @@ def communication(
     - pipeline parallel: each micro-batch sends its b·(s/cp)·h activation forward and its
       gradient backward across each stage boundary (Narayanan et al. 2021, §3.2: bsh per
       micro-batch per boundary), once per model chunk (v times, §2.2.2), except past the ends of
-      the pipeline. With ``scatter_gather`` (Narayanan §4.1; default on in Megatron) or with
+      the pipeline (under a V schedule both ends are on device 0, and the turn of the V on
+      device pp − 1 sends nothing). With ``scatter_gather`` (Narayanan §4.1; default on in Megatron) or with
       sequence parallelism, each TP rank sends only its 1/tp share;
-    - context parallel: per layer and micro-batch an all-gather of this TP rank's K and V in the
-      forward, another in the backward and a reduce-scatter of their gradients (Megatron-Core
-      "Context parallelism overview": KV are gathered again in backward, dKV reduce-scattered),
-      each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/tp) values in a ring; recomputation
-      (selective or full) reruns the attention forward and gathers K and V once more;
+    - context parallel, ring (``lay.cp_kind``): per layer and micro-batch an all-gather of this
+      TP rank's K and V in the forward, another in the backward and a reduce-scatter of their
+      gradients (Megatron-Core "Context parallelism overview": KV are gathered again in
+      backward, dKV reduce-scattered), each moving (cp-1)/cp × 2·b·s·(kv_heads·head_dim/tp)
+      values in a ring; recomputation (selective or full) reruns the attention forward and
+      gathers K and V once more. Ulysses and the hybrid: :func:`context_parallel_bytes`, its
+      all-to-alls once in the forward and once in the backward (again under full
+      recomputation), the hybrid's ring as the ring's;
     - expert parallel (ep > 1): per MoE layer and micro-batch four all-to-alls of the
       b·(s/cp)·k·h token copies, (ep-1)/ep of each leaving the device
       (:func:`trainmath.time.communication.all_to_all_elements`), six with full recomputation, which reruns
@@ -262,8 +267,8 @@ def communication(
     z = check_stage(zero_stage) if lay.zero_group > 1 else zero_stage  # as zero_traffic checks it
     # exact factors, computed once for the stages below (Fractions: the order changes nothing)
     tp_unit = ring_all_reduce_factor(tp) * activation * m if tp > 1 else 0
-    cp_unit = (ring_gather_factor(cp) * (2 * b * s * (model.kv_dim // tp) * act) * m
-               if cp > 1 else 0)
+    cp_split = context_parallel_bytes(model, lay, seq_len=s, micro_batch=b,
+                                      activation_bytes=act) if cp > 1 else None
     for sp in stages:
         i = sp.stage
         if i not in (0, 1, pp - 1):
@@ -276,22 +281,29 @@ def communication(
                                      weight_bytes=r.weights, grad_bytes=g).total
         if tp > 1:
             count = tensor_parallel_collectives(
-                sp.layers, first=i == 0, last=i == pp - 1,
+                sp.layers, first=i == 0, last=i == lay.last_device,
                 sequence_parallel=lay.sequence_parallel, recompute=recompute, regather=regather,
             )
             tp_bytes = Bytes(count * tp_unit)
         else:
             tp_bytes = Bytes(0)
         if pp > 1:
-            sends = 2 * m * v - (m if i in (0, pp - 1) else 0)
+            if lay.schedule in V_SCHEDULES:  # the V turns on device pp - 1, inside it
+                sends = 2 * m * v - (2 * m if i in (0, pp - 1) else 0)
+            else:
+                sends = 2 * m * v - (m if i in (0, pp - 1) else 0)
             share = tp if (scatter_gather or lay.sequence_parallel) else 1
             pp_bytes = Bytes(Fraction(sends * activation, share))
         else:
             pp_bytes = Bytes(0)
-        if cp > 1:
-            # K and V of the whole sequence on this TP rank, 2·b·s·(kv_dim/tp) values, in cp_unit
-            passes = 3 + (1 if recompute != "none" else 0)
-            cp_bytes = Bytes(passes * sp.layers * cp_unit)
+        if cp_split is not None:
+            # ring: K and V of the whole sequence on this TP rank, gathered in the forward and
+            # the backward, their gradients reduce-scattered; Ulysses: its all-to-alls forward
+            # and backward; a rerun of the forward repeats its share
+            ring_passes = 3 + (1 if recompute != "none" else 0)
+            a2a_passes = 2 + (1 if recompute == "full" else 0)
+            cp_bytes = Bytes(sp.layers * m * (ring_passes * cp_split.ring
+                                              + a2a_passes * cp_split.all_to_all))
         else:
             cp_bytes = Bytes(0)
         if lay.ep > 1:
@@ -312,6 +324,58 @@ def communication(
 #: backward (Rajbhandari et al. 2022, §5; Lepikhin et al. 2021, §2.3). Full recomputation
 #: reruns the forward pass and its two.
 ALL_TO_ALLS = 4
+
+
+@dataclass(frozen=True)
+class ContextSplit:
+    """What one device sends per layer and micro-batch for context parallelism, by mechanism:
+    ``ring`` the bytes of one pass of K and V around the ring, ``all_to_all`` those of one
+    pass of Ulysses' all-to-alls (Q, K, V and the output); ``ulysses`` and ``ring_ranks`` the
+    two degrees, whose product is cp."""
+
+    ulysses: int
+    ring_ranks: int
+    ring: Fraction
+    all_to_all: Fraction
+
+
+def context_parallel_bytes(model: ModelShape, lay: Layout, *, seq_len: int, micro_batch: int = 1,
+                           activation_bytes: int = 2) -> ContextSplit:
+    """Bytes one device sends per layer and micro-batch for one pass of each part of context
+    parallelism, with u = :func:`~trainmath.parallel.layout.ulysses_degree` and r = cp/u:
+
+    - Ulysses (Jacobs et al. 2023, *DeepSpeed Ulysses*: an all-to-all of Q, K and V before
+      attention and one of the output after, each rank sending (u − 1)/u of its buffer):
+      (u − 1)/u × b·(s/cp)·(2·q + 2·kv')/tp values, with q = heads·head_dim and kv' the
+      key-value width, each KV head repeated when u exceeds kv_heads/tp (DeepSpeed's
+      ``UlyssesSPAttentionHF`` replicates KV heads u/(kv_heads/tp) times);
+    - ring (Liu et al. 2023): after Ulysses each rank holds s/r of the sequence for 1/u of its
+      heads, and passes its K and V r − 1 times: (r − 1)/r × 2·b·s·kv''/tp, kv'' =
+      the KV width over u (at least one head).
+
+    Jacobs et al. write the Ulysses volume per link as 4Nh/P for multi-head attention (N the
+    tokens, h the hidden width, P = cp): the q + 2·kv + q = 4h here, sent (u − 1)/u.
+
+    >>> from trainmath.model.presets import preset
+    >>> from trainmath.parallel.layout import Layout
+    >>> c = context_parallel_bytes(preset("llama-2-7b"), Layout(cp=8, cp_kind="ulysses"),
+    ...                            seq_len=8192)
+    >>> c.all_to_all == Fraction(7, 8) * 8192 // 8 * 4 * 4096 * 2, c.ring
+    (True, Fraction(0, 1))
+    """
+    s = positive_int("seq_len (s)", seq_len)
+    b = positive_int("micro_batch (b)", micro_batch)
+    act = positive_int("activation_bytes", activation_bytes)
+    u = ulysses_degree(model, lay)
+    r = lay.cp // u
+    d, tp = model.head_dim, lay.tp
+    q_width, kv_width = model.q_dim // tp, model.kv_dim // tp
+    tokens = b * (s // lay.cp)
+    a2a = (all_to_all_factor(u) * tokens * (2 * q_width + 2 * max(kv_width, u * d)) * act
+           if u > 1 else Fraction(0))
+    ring_width = kv_width if u == 1 else max(kv_width // u, d)
+    ring = (ring_gather_factor(r) * 2 * b * s * ring_width * act if r > 1 else Fraction(0))
+    return ContextSplit(u, r, Fraction(ring), Fraction(a2a))
 
 
 def all_to_all_elements(m: ModelShape, s: int, b: int, ep: int) -> Fraction:

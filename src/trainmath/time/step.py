@@ -35,13 +35,15 @@ optimizer's update (:func:`trainmath.time.memory_bound.optimizer_bytes_per_param
 - tensor-parallel all-gathers and reduce-scatters are exposed unless the framework overlaps
   them with the neighbouring GEMM (Transformer Engine's ``--tp-comm-overlap``).
 - ring attention passes K and V while it computes (Liu et al. 2023, §3; Megatron-Core's "p2p"
-  context parallelism): exposed by what exceeds the attention it hides under.
+  context parallelism): exposed by what exceeds the attention it hides under. Ulysses'
+  all-to-alls (Jacobs et al. 2023; ``--cp-kind ulysses``, and the hybrid's Ulysses part) wait:
+  DeepSpeed's uneven-heads path refuses async, and the attention needs their result.
 - pipeline sends and a mixture's all-to-alls are exposed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 
@@ -52,11 +54,13 @@ from ..model.moe import Routing, dispatch
 from ..model.shape import ModelShape, distinct_kinds, kind_counts, layer_kinds, layer_shape
 from ..parallel.layout import Layout
 from ..parallel.placement import _stage_params
+from ..parallel.schedules import V_SCHEDULES, _bubble_idle
 from .calibration import sustained as calibrated_sustained
 from .gemm import HBM_EFFICIENCY
 from .layer import Device, Work, embedding_work, head_work, layer_work
 from .memory_bound import optimizer_bytes_per_param
 from .attention import FLASH_KERNELS
+from .communication import context_parallel_bytes
 from .network import Fabric, collective_time
 from ..units import choice, positive_int
 
@@ -249,6 +253,71 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
 @lru_cache(maxsize=8192)
 def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
                gemm_precision, compiled, routing=Routing()):
+    # the stages without context parallelism's traffic are the same under every cp kind and
+    # every schedule of one placement: timed once, the traffic and the bubble added here
+    m, stage_t, stage_parts, dp_tails, opt, passes, layers, attention = _stage_times(
+        model, _core(lay), s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
+        gemm_precision, compiled, routing)
+    cp_layer = 0.0 if lay.cp == 1 else _cp_layer(
+        model, (lay.tp, lay.cp, lay.cp_kind), s, b, rc, _recipe(recipe_name).compute, fabric,
+        attention)
+    stage_t = [t + n * cp_layer for t, n in zip(stage_t, layers)]
+    crit = max(range(lay.pp), key=lambda j: stage_t[j])
+    t_max = stage_t[crit]
+    pipeline = m * t_max + _fill(lay, stage_t, passes, crit)
+    work, recomputed, tp_x, pp_x, fsdp_x, ep_x = stage_parts[crit]
+    cp_x = layers[crit] * cp_layer
+    # the optimizer and the step's tail wait for the slowest stage; stage 0 finishes last
+    return StepTime(gemm=m * work.gemm, attention=m * work.attention, memory=m * work.memory,
+                    recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
+                    tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
+                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+
+
+@lru_cache(maxsize=8192)
+def _core(lay: Layout) -> Layout:
+    """``lay`` with the ring and the schedule that places its chunks alike (1F1B, or ZB-V for
+    a V): what :func:`_stage_times` times, the same for every cp kind and schedule."""
+    canonical = "zb-v" if lay.schedule in V_SCHEDULES else "1f1b"
+    if (lay.cp_kind, lay.schedule) == ("ring", canonical):
+        return lay
+    return replace(lay, cp_kind="ring", schedule=canonical)
+
+
+@lru_cache(maxsize=1024)
+def _cp_layer(model, split, s, b, rc, compute_bytes, fabric, attention) -> float:
+    """Context parallelism's exposed seconds per layer and micro-batch (``split``: tp, cp and
+    the cp kind): the K/V ring under attention (forward and backward, ``attention`` their
+    seconds), Ulysses' all-to-alls in full; a full recomputation reruns the forward's."""
+    tp, cp, kind = split
+    lay = Layout(tp=tp, cp=cp, cp_kind=kind)
+    gpu = fabric.gpu
+    ranks, per_node = _groups(lay, fabric.node_gpus)["cp"]
+    split = context_parallel_bytes(model, lay, seq_len=s, micro_batch=b,
+                                   activation_bytes=compute_bytes)
+    ring, a2a = 0.0, 0.0
+    if split.ring_ranks > 1:  # K and V around the ring, under attention
+        kv = float(split.ring) / (split.ring_ranks - 1)
+        sends = split.ring_ranks - 1
+        ring = sends * collective_time("send", kv, ranks=ranks, ranks_per_node=per_node, gpu=gpu,
+                                       fabric=fabric) if lay.tp * lay.cp <= fabric.node_gpus else \
+            sends * collective_time("send", kv, ranks=2, ranks_per_node=1, gpu=gpu, fabric=fabric)
+    if split.ulysses > 1:  # Q, K, V and the output by all-to-all, exposed
+        u = split.ulysses
+        buffer = float(split.all_to_all * u / (u - 1))
+        a2a = 2 * collective_time("all_to_all", buffer / 2, ranks=u,
+                                  ranks_per_node=max(1, min(u, fabric.node_gpus // lay.tp)),
+                                  gpu=gpu, fabric=fabric)
+    forward, backward = attention
+    f = max(0.0, ring - forward) + a2a
+    return f * (2 if rc == "full" else 1) + max(0.0, 2 * ring - backward) + a2a
+
+
+@lru_cache(maxsize=8192)
+def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
+                 gemm_precision, compiled, routing=Routing()):
+    """Each stage's seconds a micro-batch without context parallelism's traffic, and what
+    :func:`_step_time` adds it and the bubble from."""
     r = _recipe(recipe_name)
     gpu = fabric.gpu
     precision = gemm_precision or peak_precision(r)
@@ -268,6 +337,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     # per kind: (all its work, what recomputation reruns, forward, backward with the rerun)
     per = {k: (w.forward + w.backward + w.recompute, w.recompute.total, w.forward.total,
                w.backward.total + w.recompute.total) for k, w in works.items()}
+    # the weights' gradient, W of Qi et al. 2024: half the backward's GEMMs (layer.py)
+    weight_grad = {k: w.backward.gemm / 2 for k, w in works.items()}
     groups = _groups(lay, fabric.node_gpus)
 
     def coll(kind: str, size: float, group: str) -> float:
@@ -293,16 +364,6 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         else:
             tp_f = tp_b = every
     tp_layer = tp_f * (2 if rc == "full" else 1) + tp_b
-
-    # -- context parallelism: the K/V ring under attention -------------------------------------
-    cp_layer = 0.0
-    if lay.cp > 1:
-        kv = (s // lay.cp) * b * 2 * (model.kv_dim // lay.tp) * r.compute
-        ring = (lay.cp - 1) * coll("send", kv, "cp") if lay.tp * lay.cp <= fabric.node_gpus else \
-            (lay.cp - 1) * collective_time("send", kv, ranks=2, ranks_per_node=1, gpu=gpu,
-                                           fabric=fabric)
-        f = max(0.0, ring - lw.forward.attention)
-        cp_layer = f * (2 if rc == "full" else 1) + max(0.0, 2 * ring - lw.backward.attention)
 
     # -- expert parallelism: dispatch and combine, forward and backward ------------------------
     ep_layer = 0.0
@@ -330,9 +391,11 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     per_param = optimizer_bytes_per_param(grad_bytes=r.gradients, master=r.master_weights > 0)
     hbm = HBM_EFFICIENCY * accelerator(gpu).hbm_bandwidth
     seen: dict[tuple, tuple] = {}  # the middle stages are alike: each distinct one timed once
+    passes: list[tuple[float, float]] = []  # per stage, (F, W) of one micro-batch
+    layers: list[int] = []  # per stage, the layers it runs (context parallelism's traffic)
     for i, sp in enumerate(params):
         L = on_device[i]
-        first, last = i == 0, i == lay.pp - 1
+        first, last = i == 0, i == lay.last_device
         if len(kinds) == 1:
             held = {kinds[0]: L + (model.mtp_layers if last else 0)}
         else:
@@ -340,7 +403,9 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         key = (tuple(held.items()), sp.layer_sharded, sp.layer_replicated, sp.embedding,
                sp.lm_head, sp.final_norm, sp.expert, first, last)
         if key in seen:
-            t_i, parts_i, tail_i, opt_i = seen[key]
+            t_i, parts_i, tail_i, opt_i, passes_i, layers_i = seen[key]
+            passes.append(passes_i)
+            layers.append(layers_i)
             stage_t.append(t_i)
             stage_parts.append(parts_i)
             dp_tails.append(tail_i)
@@ -373,26 +438,38 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
             expert_layer=expert_layer, root=root, total=sp.total, w=w, g=g,
             forward=layer_compute_f, backward=layer_compute_b, pipelined=lay.pp > 1)
         tp_i = n_layers * tp_layer + extra_tp
-        cp_i = n_layers * cp_layer
         ep_i = moe_layers * ep_layer
-        comm = tp_i + cp_i + ep_i + pp_send + fsdp
+        comm = tp_i + ep_i + pp_send + fsdp
         stage_t.append(work.total + comm)
-        stage_parts.append((work, recomputed_i, tp_i, cp_i, pp_send, fsdp, ep_i))
+        stage_parts.append((work, recomputed_i, tp_i, pp_send, fsdp, ep_i))
         dp_tails.append(tail)
         sharded = z >= 1 and n_dp > 1
         local = (sp.total - sp.expert) / (n_dp if sharded else 1) + sp.expert / (
             lay.expert_zero_group if sharded else 1)
         opt.append(local * per_param / hbm)
-        seen[key] = (stage_t[-1], stage_parts[-1], dp_tails[-1], opt[-1])
-    crit = max(range(lay.pp), key=lambda j: stage_t[j])
-    t_max = stage_t[crit]
-    pipeline = m * t_max + (sum(stage_t) - t_max) / lay.v
-    work, recomputed, tp_x, cp_x, pp_x, fsdp_x, ep_x = stage_parts[crit]
-    # the optimizer and the step's tail wait for the slowest stage; stage 0 finishes last
-    return StepTime(gemm=m * work.gemm, attention=m * work.attention, memory=m * work.memory,
-                    recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
-                    tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
-                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+        passes.append((sum(n * per[k][2] for k, n in held.items()),
+                       sum(n * weight_grad[k] for k, n in held.items())))
+        layers.append(n_layers)
+        seen[key] = (stage_t[-1], stage_parts[-1], dp_tails[-1], opt[-1], passes[-1],
+                     layers[-1])
+    return (m, tuple(stage_t), tuple(stage_parts), tuple(dp_tails), tuple(opt), tuple(passes),
+            tuple(layers), (lw.forward.attention, lw.backward.attention))
+
+
+def _fill(lay: Layout, stage_t: list[float], passes: tuple[tuple[float, float], ...], crit: int
+          ) -> float:
+    """The pipeline's idle time beyond m micro-batches of its slowest stage, by schedule
+    (:func:`trainmath.parallel.schedules.bubble_idle` for stages that differ): 1F1B fills and
+    drains the other stages' time over v, (Σ t_i − t_max)/v; ZB-H1 and ZB-V the same of
+    F + B − W = t − 2W (their W passes fill the rest); DualPipeV its slowest stage's
+    ((pp − 1)B + (pp − 2)(B − W))/2, B = t − F − W (the input's gradient with the traffic)."""
+    if lay.schedule == "1f1b":
+        return (sum(stage_t) - stage_t[crit]) / lay.v
+    if lay.schedule in ("zb-h1", "zb-v"):
+        g = [t - 2 * w for t, (_, w) in zip(stage_t, passes)]
+        return max(0.0, sum(g) - g[crit]) / lay.v
+    f, w = passes[crit]
+    return _bubble_idle(lay.schedule, lay.pp, lay.v, f, stage_t[crit] - f - w, w)
 
 
 @lru_cache(maxsize=1024)
@@ -416,7 +493,7 @@ def _stage_kinds(model: ModelShape, lay: Layout) -> tuple[dict, ...]:
     kinds = layer_kinds(model)
     for i, indices in enumerate(lay.device_layer_indices(model.layers)):
         counts = dict(kind_counts(model, indices))
-        if i == lay.pp - 1 and model.mtp_layers:
+        if i == lay.last_device and model.mtp_layers:
             counts[kinds[-1]] = counts.get(kinds[-1], 0) + model.mtp_layers
         out.append(counts)
     return tuple(out)

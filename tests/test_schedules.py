@@ -1,0 +1,113 @@
+"""Pipeline schedules beyond 1F1B and context parallelism by kind, against their sources.
+
+Expected values are the sources' own: Qi et al. 2024 (ZB-H1: the first stage's memory equals
+1F1B's, a third of its bubble when F = B = W), the zero-bubble authors' README (ZB-V: 1F1B's
+memory), deepseek-ai/DualPipe's README (DualPipeV: "PP + 1" chunks of activations, its PP being
+the 2·pp chunks), PyTorch's refusals (ScheduleDualPipeV: at least as many micro-batches as
+stages), DeepSpeed's (Ulysses: heads divisible by the sequence-parallel size) and the DeepSpeed
+Ulysses blog's volume (4Nh/P per link per layer for multi-head attention, forward). What PyTorch's
+own orders hold and idle is checked in tests/test_measured.py against validate/measure/pipeline.py.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from trainmath.cli.command import main
+from trainmath.model.presets import preset
+from trainmath.model.shape import shape
+from trainmath.parallel.layout import Layout, layout_problems, ulysses_degree
+from trainmath.parallel.schedules import (bubble_fraction, bubble_idle, in_flight,
+                                          schedule_problems)
+from trainmath.planner.search import plan
+from trainmath.runs.description import run
+from trainmath.runs.estimates import estimate
+from trainmath.time.communication import context_parallel_bytes
+
+
+def test_zero_bubble_holds_what_its_sources_say():
+    pp = 8
+    assert in_flight(pp, schedule="zb-h1", microbatches=32) == in_flight(pp)  # first stage: 1F1B's
+    assert in_flight(pp, v=2, schedule="zb-v", microbatches=32) == in_flight(pp)  # "1x"
+    chunks = 2 * pp  # DualPipe's PP stages: the V's 2·pp chunks, each half a device
+    assert in_flight(pp, v=2, schedule="dualpipev", microbatches=32) * 2 == chunks + 1
+
+
+def test_zb_h1_idles_a_third_of_1f1b_when_the_passes_take_alike():
+    one = bubble_idle("1f1b", 4, 1, forward=1, backward_input=1, backward_weight=1)
+    zb = bubble_idle("zb-h1", 4, 1, forward=1, backward_input=1, backward_weight=1)
+    assert Fraction(zb / one).limit_denominator() == Fraction(1, 3)
+    assert bubble_fraction(4, 32, schedule="zb-h1") == bubble_fraction(4, 32) / 3
+
+
+def test_what_each_schedule_needs_is_refused_by_name():
+    (v,) = schedule_problems("zb-v", 4, 1, 16)
+    assert v.fields == ("schedule", "v") and "v = 2" in v.message
+    (m,) = schedule_problems("dualpipev", 4, 2, 6)
+    assert "2 × pp = 8" in m.message and "m = 6" in m.message
+    assert schedule_problems("zb-h1", 1, 1, 8)[0].fields == ("schedule", "pp")
+    assert "multiple of 4" in schedule_problems("zb-h1", 4, 2, 6)[0].message
+    assert not schedule_problems("1f1b", 4, 1, 1)
+    with pytest.raises(ValueError, match="schedule 'zb-h2' is not one of"):
+        Layout(pp=4, schedule="zb-h2")
+
+
+def test_the_v_schedules_put_the_last_chunk_on_the_first_device():
+    lay = Layout(pp=4, v=2, schedule="zb-v")
+    assert lay.last_device == 0 and lay.device_layer_indices(16)[0] == (0, 1, 14, 15)
+    e = estimate(run("llama-3-8b", pp=4, v=2, schedule="zb-v", seq_len=4096, global_batch=32))
+    assert e.stages[0].activations == max(d.activations for d in e.stages)  # the head's tensors
+
+
+def test_ulysses_refuses_a_cp_that_does_not_divide_the_heads_naming_the_rule():
+    llama = preset("llama-3-8b")  # 32 heads, 8 KV heads
+    (p,) = layout_problems(llama, Layout(cp=3, cp_kind="ulysses"))
+    assert p.fields[:2] == ("cp", "cp_kind")
+    assert "DeepSpeed-Ulysses: the number of heads must be divisible by the sequence parallel size" \
+        in p.message and "32" in p.message
+    odd = shape("odd", layers=2, hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=1000)
+    (kv,) = layout_problems(odd, Layout(cp=6, cp_kind="ulysses"))  # 24 heads split, 8 KV not
+    assert kv.fields[2] == "kv_heads" and "UlyssesSPAttentionHF" in kv.message
+    (kvh,) = layout_problems(preset("llama-3-70b"), Layout(tp=8, cp=16, cp_kind="ulysses"))
+    assert "heads / tp = 64 / 8 = 8" in kvh.message
+    assert not layout_problems(llama, Layout(cp=16, cp_kind="ulysses"))  # KV heads replicated
+    assert not layout_problems(llama, Layout(cp=3))  # the ring splits the sequence only
+
+
+def test_the_command_refuses_it_too(capsys):
+    assert main(["estimate", "--model", "llama-3-8b", "--cp", "3", "--cp-kind", "ulysses",
+                 "--seq-len", "6144"]) == 2
+    assert "DeepSpeed-Ulysses" in capsys.readouterr().err
+
+
+def test_the_hybrid_takes_ulysses_up_to_the_kv_heads_and_the_ring_for_the_rest():
+    llama = preset("llama-3-8b")
+    assert ulysses_degree(llama, Layout(cp=16, cp_kind="hybrid")) == 8
+    assert ulysses_degree(llama, Layout(cp=16, cp_kind="ulysses")) == 16
+    assert ulysses_degree(llama, Layout(cp=16)) == 1
+
+
+def test_ulysses_sends_four_nh_over_p_per_layer_for_multi_head_attention():
+    m, s, cp = preset("llama-2-7b"), 32768, 8  # 32 heads = 32 KV heads, h = 4096
+    c = context_parallel_bytes(m, Layout(cp=cp, cp_kind="ulysses"), seq_len=s)
+    per_link = Fraction(4 * s * m.hidden, cp) * 2  # bf16 bytes, DeepSpeed's blog
+    assert c.all_to_all == per_link * Fraction(cp - 1, cp) and c.ring == 0
+    ring = context_parallel_bytes(m, Layout(cp=cp), seq_len=s)
+    assert ring.all_to_all == 0 and ring.ring == Fraction(cp - 1, cp) * 2 * s * m.kv_dim * 2
+
+
+def test_ulysses_costs_time_the_ring_hides():
+    kw = dict(cp=8, seq_len=65536, global_batch=8, gpu="h100-sxm")
+    ring = estimate(run("llama-3-8b", **kw)).step.time
+    uly = estimate(run("llama-3-8b", cp_kind="ulysses", **kw)).step.time
+    assert ring.cp == 0 < uly.cp and uly.total > ring.total
+
+
+def test_the_planner_searches_the_schedules_and_can_be_held_to_one():
+    p = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+             schedules=("zb-v",))
+    assert {c.layout.schedule for c in p.ranking if c.layout.pp > 1} <= {"zb-v"}
+    every = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64)
+    assert {"1f1b", "zb-h1", "zb-v", "dualpipev"} <= {c.layout.schedule for c in every.candidates}
