@@ -109,7 +109,8 @@ def to_run(args: argparse.Namespace) -> Run:
                           zero_stage=args.zero, recompute=args.recompute,
                           implementation=args.implementation, mlp_kernel=args.mlp_kernel,
                           attention=args.attention, optimizer_impl=args.optimizer_impl,
-                          offload=args.offload, routing=_routing(args)),
+                          offload=args.offload, routing=_routing(args),
+                          recompute_policy=args.recompute_policy, compiled=args.compile),
         layout=lay,
         batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
         gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
@@ -229,6 +230,7 @@ def _plan(args: argparse.Namespace) -> Plan:
         layout=args.layout,
         zero_stages=None if args.zero is None else (args.zero,),
         recomputes=None if args.recompute is None else (args.recompute,),
+        recompute_policy=args.recompute_policy, compiled=args.compile,
         capacity_factor=args.capacity_factor, pad_to_capacity=args.pad_to_capacity,
         expert_load=args.expert_load)
 

@@ -66,6 +66,9 @@ def estimate_dict(e: Estimate) -> dict:
             "mfu_from": time.mfu_from},
         "finetune": _finetune_dict(e),
         "experts": _experts_dict(e),
+        "checkpointing": None if e.checkpointing is None or e.checkpointing.recompute != "op" else {
+            "policy": e.checkpointing.policy, "saved_ops": list(e.checkpointing.saved),
+            "recomputed_ops": list(e.checkpointing.recomputed)},
         "inputs": {
             "model": None if shape is None else shape.name,
             "shape": None if shape is None else {
@@ -79,6 +82,7 @@ def estimate_dict(e: Estimate) -> dict:
             "sequence_parallel": lay.sequence_parallel, "seq_len": batch.seq_len,
             "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
             "interleave": lay.v, "recompute": t.recompute,
+            "recompute_policy": t.recompute_policy, "compile": t.compiled,
             "implementation": t.implementation, "attention": t.attention,
             "mlp_kernel": t.mlp_kernel,
             "assumed": list(r.assumed),

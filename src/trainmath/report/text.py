@@ -46,7 +46,8 @@ def render(est: Estimate) -> str:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         cast = ", autocast" if recipe(t.recipe).autocast else ""
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
-                     f"{t.recompute}, {t.implementation} kernels ({t.attention} attention"
+                     f"{est.checkpointing.describe()}, {t.implementation} kernels "
+                     f"({t.attention} attention"
                      f"{kernel}{cast})")
     if est.microbatches is not None:
         lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
