@@ -29,6 +29,7 @@ measures them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 
 import torch
@@ -227,58 +228,81 @@ def measure_op_sac(model: str, s: int, b: int = 1, policy: str = "torchtitan",
         return result
 
 
+def _traced(template: nn.Module):
+    """``template``'s forward traced by AOTAutograd with the min-cut partitioner, its parameters
+    the traced function's first inputs (``torch.func.functional_call``), as ``torch.compile``
+    lifts them: one trace serves every layer of the same shape."""
+    from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
+
+    names = [n for n, _ in template.named_parameters()]
+
+    def fn(*flat):
+        params = dict(zip(names, flat[:len(names)]))
+        x, cos, sin = flat[len(names):]
+        rope = None if cos is None else (cos, sin)
+        return torch.func.functional_call(template, params, (x, rope, None))
+
+    def nop(gm, _inputs):
+        return make_boxed_func(gm)
+
+    return aot_function(fn, fw_compiler=nop, bw_compiler=nop,
+                        partition_fn=min_cut_rematerialization_partition)
+
+
 class Compiled(nn.Module):
-    """One decoder layer traced by AOTAutograd with the min-cut partitioner (module docstring):
-    its parameters are the traced function's first inputs (``torch.func.functional_call``), as
-    ``torch.compile`` lifts them."""
+    """One decoder layer run through a traced forward and backward (:func:`_traced`)."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, traced) -> None:
         super().__init__()
-        from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
-
         self.layer = layer
-        names = [n for n, _ in layer.named_parameters()]
-
-        def fn(*flat):
-            params = dict(zip(names, flat[:len(names)]))
-            x, cos, sin = flat[len(names):]
-            rope = None if cos is None else (cos, sin)
-            return torch.func.functional_call(self.layer, params, (x, rope, None))
-
-        def nop(gm, _inputs):
-            return make_boxed_func(gm)
-
-        self.traced = aot_function(fn, fw_compiler=nop, bw_compiler=nop,
-                                   partition_fn=min_cut_rematerialization_partition)
+        self.traced = traced
 
     def forward(self, x, rope, mask):
         if mask is not None:
-            raise ValueError("compiled layers are measured with SDPA (no mask); accepted: reference-sdpa")
+            raise ValueError("compiled layers are measured with SDPA (no mask); accepted: "
+                             "reference-sdpa")
         cos, sin = rope if rope is not None else (None, None)
         return self.traced(*self.layer.parameters(), x, cos, sin)
 
 
-def compile_layers(net: nn.Module) -> None:
-    """Replace every decoder layer of ``net`` by its :class:`Compiled` trace."""
+def compile_layers(net: nn.Module, s: int, b: int = 1) -> None:
+    """Replace every decoder layer of ``net`` by a :class:`Compiled` one, sharing one trace,
+    traced here on inputs of ``b`` sequences of ``s`` tokens made for it: AOTAutograd keeps the
+    inputs it traced on, which would otherwise be the first step's own tensors."""
     layers = decoder_layers(net)
+    traced = _traced(layers[0])
+    first = layers[0]
+    p = next(first.parameters())
+    x = torch.zeros(b, s, first.h, dtype=p.dtype, requires_grad=True)
+    cos = sin = torch.zeros(s, first.d, dtype=p.dtype)
+    traced(*first.parameters(), x, cos, sin)
     for i, layer in enumerate(layers):
-        layers[i] = Compiled(layer)
+        layers[i] = Compiled(layer, traced)
+
+
+def measure_compiled(model: str, s: int, b: int = 1, layers: int | None = None) -> dict:
+    """What the reference model saves for backward with its layers compiled (module docstring),
+    counted as ``saved.measure_saved`` counts it."""
+    from . import saved
+
+    with _building(functools.partial(compile_layers, s=s, b=b)):
+        return saved.measure_saved(model, "reference-sdpa", s, b, "bf16", layers=layers,
+                                   backward=True)
 
 
 @contextlib.contextmanager
-def compiled_builds():
-    """``models.build`` with its decoder layers compiled (:func:`compile_layers`), for
-    ``saved.measure_saved`` and ``step.measure_step``."""
-    from . import saved, step
+def _building(prepare):
+    """``saved``'s model builder with ``prepare`` applied to each model it builds."""
+    from . import saved
 
-    def compiled(*args, **kwargs):
+    def prepared(*args, **kwargs):
         net = build(*args, **kwargs)
-        compile_layers(net)
+        prepare(net)
         return net
 
-    old = saved.build, step.build
-    saved.build = step.build = compiled
+    old = saved.build
+    saved.build = prepared
     try:
         yield
     finally:
-        saved.build, step.build = old
+        saved.build = old
