@@ -205,7 +205,8 @@ def test_the_command_prints_the_library_estimate():
     assert list(d) == ["params", "active_params", "per_device", "peak", "activations_per_layer",
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
                        "microbatches", "pipeline_bubble", "gpus", "fits", "overhead", "needed",
-                       "host", "on_device", "step", "time", "finetune", "experts", "inputs"]
+                       "host", "on_device", "step", "time", "finetune", "experts",
+                       "checkpointing", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
 
