@@ -228,10 +228,11 @@ def measure_op_sac(model: str, s: int, b: int = 1, policy: str = "torchtitan",
         return result
 
 
-def _traced(template: nn.Module):
+def _traced(template: nn.Module, bw_compiler=None):
     """``template``'s forward traced by AOTAutograd with the min-cut partitioner, its parameters
     the traced function's first inputs (``torch.func.functional_call``), as ``torch.compile``
-    lifts them: one trace serves every layer of the same shape."""
+    lifts them: one trace serves every layer of the same shape. ``bw_compiler`` sees the
+    backward graph (the tests read what it is handed)."""
     from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
 
     names = [n for n, _ in template.named_parameters()]
@@ -245,7 +246,7 @@ def _traced(template: nn.Module):
     def nop(gm, _inputs):
         return make_boxed_func(gm)
 
-    return aot_function(fn, fw_compiler=nop, bw_compiler=nop,
+    return aot_function(fn, fw_compiler=nop, bw_compiler=bw_compiler or nop,
                         partition_fn=min_cut_rematerialization_partition)
 
 
