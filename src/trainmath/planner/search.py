@@ -526,9 +526,9 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
                     and ("etp" not in wanted or c.layout.expert_tp == lay.expert_tp):
                 return replace(c, reason=f"your layout: rank {c.rank} of {len(ranking)}")
     zs = [wanted["zero"]] if "zero" in wanted else list(_recipe(s.training.recipe).stages)
-    rcs = [wanted["recompute"]] if "recompute" in wanted else [
+    rcs = [wanted["recompute"]] if "recompute" in wanted else list(s.recomputes or [
         rc for rc in ("none", "selective", "full")
-        if not kernel_problems(s.model, s.training.implementation, recompute=rc)]
+        if not kernel_problems(s.model, s.training.implementation, recompute=rc)])
     bs = [wanted["b"]] if "b" in wanted else [1]
     vs = [lay.v] if "v" in wanted else [1]
     memory = s.device.memory

@@ -232,6 +232,7 @@ def plan_dict(p: Plan) -> dict:
             "capacity_factor": _factor(p.training.routing.capacity_factor),
             "pad_to_capacity": p.training.routing.pad,
             "expert_load": p.training.routing.load,
+            "recompute_policy": p.training.recompute_policy, "compile": p.training.compiled,
             "usable_memory_bytes": math.ceil(p.memory.n),
             "sustained": p.share, "attention_kernel": p.kernel_used,
             "nvlink_bytes_per_s": p.fabric.nvlink, "network_bytes_per_s": p.fabric.network,

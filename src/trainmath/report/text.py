@@ -267,7 +267,9 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
     f = p.fabric
     lines = [f"{p.model.name} on {p.gpus} {gpu(p.gpu).name} ({p.node_gpus} per node), "
              f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
-             f"{t.implementation} kernels",
+             f"{t.implementation} kernels"
+             + (f", recompute op with policy {t.recompute_policy}" if t.recompute_policy else "")
+             + (", under torch.compile" if t.compiled else ""),
              *(f"note: {w}" for w in p.warnings),
              f"assumed: tensor cores at {p.share:.0%} of their benchmarks' rates; {p.kernel_used} "
              f"attention; {p.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "
