@@ -206,7 +206,8 @@ def test_the_command_prints_the_library_estimate():
                        "activations_per_layer_with_norm_statistics", "pipeline_stage",
                        "microbatches", "pipeline_bubble", "in_flight", "gpus", "fits",
                        "overhead", "needed",
-                       "host", "on_device", "step", "time", "finetune", "experts", "inputs"]
+                       "host", "on_device", "step", "time", "finetune", "experts",
+                       "checkpointing", "inputs"]
     assert d["per_device"]["total"] >= e.total.n  # whole bytes, rounded up
     assert d["inputs"]["interleave"] == 5 and d["inputs"]["zero"] == 1
     # Megatron-LM's warm-up, 2(pp - i - 1) + (v - 1)pp + 1 chunks of 1/v: 23/5 on stage 0

@@ -37,8 +37,14 @@ integers, bytes (not GB):
       id              stable id, "<kind>/<model>/<implementation>/<precision or recipe>
                       [/foreach][/dp<N>-rank<R>]/s<s>-b<b>"
       kind            "saved" (bytes saved for backward by one forward pass),
-                      "step" (a whole training step: states after it, its peak) or
-                      "finetune" (LoRA with peft: both, ``finetune.py``)
+                      "step" (a whole training step: states after it, its peak),
+                      "finetune" (LoRA with peft: both, ``finetune.py``), or the same with
+                      the reference model's layers under op-level checkpointing,
+                      "op-sac-saved" and "op-sac-step", or split by torch.compile's
+                      partitioner, "compile-saved" and "compile-step" (``checkpointing.py``;
+                      ids start with the kind)
+      policy          (op-sac-*) the checkpointing policy: "torchtitan" (its SelectiveAC) or
+                      "attention" (the attention kernel's outputs alone saved)
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
                       kv_heads, ffn, vocab, mlp, norm, bias, tied_embeddings, positions,
                       dropout, dropout_p, norm_eps, rope_theta, sliding_window, family,
@@ -109,6 +115,10 @@ integers, bytes (not GB):
         phase_peaks       {phase: highest bytes alive during it}, second step
         alive_after_step  {category: bytes} alive after the second step
         runs              (with config) as for kind "saved"
+                      kind "op-sac-saved": total, per_layer, embedding, output (the
+                      storages each scope allocated that are alive when the forward pass ends),
+                      inputs (token ids and targets), layer_shown, layer_tensors [[op, shape,
+                      bytes], ...]; "compile-saved" as "saved"; "*-step" as "step"
                       kind "finetune": trainable_count and parameters_count (peft's
                       get_nb_trainable_parameters), saved (as kind "saved"), and states,
                       peak, phase_peaks, first_step_peak, alive_after_step as kind "step";

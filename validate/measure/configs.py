@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import platform
 import re
@@ -10,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import finetune, hfconfigs, pipeline, saved, shapes, step
+from . import checkpointing, finetune, hfconfigs, pipeline, saved, shapes, step
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -45,6 +46,7 @@ class Config:
     fast: bool = field(default=False, compare=False)  # in the quick subset the tests always run
     rank_r: int = 0  # finetune: the LoRA rank r
     targets: tuple[str, ...] = ()  # finetune: the matrices LoRA targets (q, k, v, o, gate, up, down)
+    policy: str = ""  # op-sac-*: the checkpointing policy (checkpointing.POLICIES)
 
     @property
     def id(self) -> str:
@@ -52,7 +54,9 @@ class Config:
         if self.kind == "finetune":
             parts.append(f"lora-r{self.rank_r}-{'+'.join(self.targets)}")
         else:
-            parts.append(self.precision if self.kind == "saved" else self.recipe)
+            parts.append(self.precision if self.kind.endswith("saved") else self.recipe)
+        if self.policy:
+            parts.append(self.policy)
         if self.foreach:
             parts.append("foreach")
         if self.dp > 1:
@@ -67,6 +71,17 @@ class Config:
         if self.kind == "saved":
             return saved.measure_saved(self.model, self.implementation, self.s, self.b,
                                        self.precision)
+        if self.kind == "op-sac-saved":
+            return checkpointing.measure_op_sac(self.model, self.s, self.b, self.policy)
+        if self.kind == "compile-saved":
+            return checkpointing.measure_compiled(self.model, self.s, self.b)
+        if self.kind in ("op-sac-step", "compile-step"):
+            prepare = (functools.partial(checkpointing.compile_layers, s=self.s, b=self.b)
+                       if self.kind == "compile-step" else
+                       functools.partial(checkpointing.wrap_layers, policy=self.policy))
+            return step.measure_step(self.model, self.implementation, self.recipe, self.s,
+                                     self.b, foreach=self.foreach, dp=self.dp, rank=self.rank,
+                                     prepare=prepare)
         return step.measure_step(self.model, self.implementation, self.recipe, self.s, self.b,
                                  foreach=self.foreach, dp=self.dp, rank=self.rank)
 
@@ -89,7 +104,7 @@ class Config:
                                 "dropout": 0.0, "dtype": "fp32"},
                     "dtype": {"parameters": "bf16", "compute": "bf16"},
                     "optimizer": {"name": "torch.optim.AdamW", "foreach": self.foreach}}
-        elif self.kind == "saved":
+        elif self.kind.endswith("saved"):
             param_dtype, autocast = saved.PRECISIONS[self.precision]
             out |= {"precision": self.precision,
                     "dtype": {"parameters": _dt(param_dtype), "compute": _dt(autocast or param_dtype)}}
@@ -100,6 +115,8 @@ class Config:
                     "dtype": {"parameters": _dt(param_dtype), "compute": compute},
                     "optimizer": {"name": "torch.optim.AdamW", "foreach": self.foreach},
                     "dp": self.dp, "rank": self.rank}
+        if self.kind.startswith("op-sac"):
+            out["policy"] = self.policy
         return out
 
 
@@ -165,6 +182,20 @@ def configurations() -> list[Config]:
                 for s in LENGTHS for attention in attentions]
         todo.append(Config("step", model, f"hf-{attentions[0]}", 2048, recipe="zero-bf16"))
         out += [replace(c, fast=c.id in CONFIG_FAST) for c in todo]
+    # 6. op-level selective checkpointing and torch.compile's partitioner (checkpointing.py): the
+    # bytes kept for backward, and a step's peak in torchtitan's layout (FSDP2 on 8 GPUs)
+    for model, s, policy in (("llama-3-8b", 8192, "torchtitan"), ("llama-3-8b", 8192, "attention"),
+                             ("llama-2-7b", 4096, "torchtitan"), ("gpt3-xl", 2048, "torchtitan")):
+        out.append(Config("op-sac-saved", model, "reference-sdpa", s, precision="bf16",
+                          policy=policy, fast=model == "gpt3-xl"))
+    out.append(Config("op-sac-step", "llama-3-8b", "reference-sdpa", 8192, recipe="fsdp2-bf16",
+                      dp=8, policy="torchtitan"))
+    out.append(Config("op-sac-step", "llama-2-7b", "reference-sdpa", 4096, recipe="zero-bf16",
+                      policy="torchtitan"))
+    for model, s in (("llama-3-8b", 8192), ("llama-2-7b", 4096)):
+        out.append(Config("compile-saved", model, "reference-sdpa", s, precision="bf16"))
+    out.append(Config("compile-step", "llama-3-8b", "reference-sdpa", 8192, recipe="fsdp2-bf16",
+                      dp=8))
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "configuration ids must be unique"
     return out
@@ -181,6 +212,8 @@ def methods() -> dict:
     from . import models
     return {
         "saved": saved.METHOD,
+        "op_sac": checkpointing.METHOD,
+        "compile": checkpointing.METHOD_COMPILE,
         "finetune": finetune.METHOD,
         "states": step.METHOD_STATES,
         "peak": step.METHOD_PEAK,

@@ -126,7 +126,7 @@ def _process_group(dp: int, rank: int):
 def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
                  foreach: bool = False, dp: int = 1, rank: int = 0,
                  layers: int | None = None, fake: bool = True, observer=None,
-                 device: str = "cpu") -> dict:
+                 device: str = "cpu", prepare=None) -> dict:
     """Run two training steps of ``model`` with ``recipe``; return the states and the peaks.
 
     ``fake=False`` runs on real tensors (small shapes only: the tests compare the two);
@@ -134,7 +134,9 @@ def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: st
     second step (the tests pass PyTorch's MemTracker to check the peak). ``device="cuda"``
     (real tensors only) builds the model and the batch on the GPU and autocasts there
     (``python -m validate.gpu``). ``model`` is as for ``saved.measure_saved``; a config.json
-    model's result adds ``runs`` (what transformers ran).
+    model's result adds ``runs`` (what transformers ran). ``prepare(model)``, if given, changes
+    the model once it is built, before ``fully_shard`` (``checkpointing``: each layer wrapped in
+    op-level checkpointing, or compiled).
     """
     if device != "cpu" and (fake or dp > 1):
         raise ValueError(f"device={device!r} runs real tensors on one device: fake=False, dp=1")
@@ -149,6 +151,8 @@ def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: st
     with _process_group(dp, rank) as mesh, fake_mode, on_device:
         torch.manual_seed(0)
         net = build(implementation, spec, param_dtype, layers)
+        if prepare is not None:
+            prepare(net)
         if recipe == "fsdp2-bf16":
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

@@ -112,9 +112,11 @@ def _alternatives(est: Estimate) -> list[tuple[str, Estimate]]:
     the gradients' format."""
     run, t = est.run, est.run.training
     alts = []
-    for rc in ("none", "selective", "full"):
-        if rc != t.recompute:
-            alts.append((f"recompute {rc!r} instead of {t.recompute!r}", replace(t, recompute=rc)))
+    for rc in ("none", "selective", "full", "op"):
+        if rc != t.recompute:  # op: torchtitan's policy (trainmath.memory.checkpointing)
+            what = "'op' (torchtitan's policy)" if rc == "op" else repr(rc)
+            alts.append((f"recompute {what} instead of {t.recompute!r}",
+                         replace(t, recompute=rc, recompute_policy=None)))
     other = "hf-eager" if t.implementation == "hf-sdpa" else (
         "megatron-eager" if t.implementation == "megatron-te" else None)
     if other is not None:
@@ -213,8 +215,8 @@ def diagnose(est: Estimate, *, oom: OomReading | None = None, readings: tuple[Re
                                     f"{band.typical}, nearer the {off.measured} measured" + (
                                         ", and its band holds the reading" if inside else "") + (
                                         "; the reading lies between the two: a recomputation of "
-                                        "some operations or some layers, which this estimate "
-                                        "cannot express" if partial else ""),
+                                        "some operations or some layers (recompute op, with its "
+                                        "policy, names the operations)" if partial else ""),
                                     Bytes(off.measured.n - off.predicted.high.n)
                                     if inside and off.gap > 0 else None))
         if est.run.shape is not None and est.run.shape.moe and off.gap > 0:

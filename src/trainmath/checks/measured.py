@@ -25,6 +25,13 @@ layers differ (dense and mixture, local and global), so each group of alike laye
 with the prediction for its kind. A record marked ``not_compared`` (PyTorch's CPU fallback for
 latent attention under SDPA, which no GPU takes) says why and is not predicted
 (:func:`comparable`).
+
+Records of kinds ``op-sac-saved`` and ``op-sac-step`` ran the reference model's layers under
+op-level selective checkpointing with a policy (``policy``: torchtitan's, or "attention", the
+attention kernel's outputs alone), ``compile-saved`` and ``compile-step`` with its layers split
+by torch.compile's min-cut partitioner (validate/measure/checkpointing.py); they are predicted
+with ``recompute="op"`` and that policy, or ``compiled=True``
+(:mod:`trainmath.memory.checkpointing`), and compared as the saved and step kinds are.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ MEASURED_RECIPES = {
 #: The precisions of the saved-tensor measurements, by the recipe whose activations they are:
 #: bf16 parameters, or fp32 parameters under ``torch.autocast``.
 MEASURED_PRECISIONS = {"bf16": "bf16-mixed", "autocast-bf16": "amp"}
+#: The op-level policies measured, by the library's policy (:func:`trainmath.memory.checkpointing.parse_policy`).
+MEASURED_POLICIES = {"torchtitan": "torchtitan", "attention": "attention"}
 #: Relative tolerance of each kind of quantity: states to the byte, activations 1%, peaks 2%;
 #: a pipeline schedule's counts and idle time exactly.
 TOLERANCES = {"states": Fraction(0), "activations": Fraction(1, 100), "peak": Fraction(2, 100),
@@ -135,11 +144,17 @@ def estimate_of(config: dict) -> Estimate:
     """The library's estimate of one configuration, through :func:`trainmath.runs.estimates.estimate`."""
     kw = dict(seq_len=config["s"], micro_batch=config["b"], optimizer="adamw",
               implementation=MEASURED_IMPLEMENTATIONS[config["implementation"]])
-    if config["kind"] == "finetune":
+    kind = config["kind"]
+    if kind.startswith("op-sac-"):
+        kw |= dict(recompute="op", recompute_policy=MEASURED_POLICIES[config["policy"]])
+    elif kind.startswith("compile-"):
+        kw |= dict(compiled=True)
+    kind = kind.rpartition("-")[2] if kind.startswith(("op-sac-", "compile-")) else kind
+    if kind == "finetune":
         return estimate(run(shape_of(config), adapter=adapter_of(config), recipe="fp32",
                             optimizer_impl="foreach" if config["optimizer"]["foreach"] else "for-loop",
                             **kw))
-    if config["kind"] == "saved":
+    if kind == "saved":
         return estimate(run(shape_of(config), recipe=MEASURED_PRECISIONS[config["precision"]],
                             **kw))
     impl = "foreach" if config["optimizer"]["foreach"] else "for-loop"
@@ -185,7 +200,11 @@ def compare(config: dict) -> list[Comparison]:
                          "a configuration without 'not_compared' (comparable())")
     e = estimate_of(config)
     cid, m = config["id"], config["measured"]
-    if config["kind"] == "saved":
+    if config["kind"] == "op-sac-saved":  # no weight copies: bf16 parameters, no autocast
+        return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
+                           _whole(e.layer.total)),
+                Comparison(cid, "activations", "whole model", m["total"], _whole(e.activations))]
+    if config["kind"] in ("saved", "compile-saved"):
         if "layer_groups" in m:  # layers of several kinds: each group against its kind
             shape = e.run.shape
             layers = [Comparison(cid, "activations", _layers_named(g["layers"]), g["bytes"],

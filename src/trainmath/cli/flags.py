@@ -28,6 +28,7 @@ from ..checks.loglines import COUNTERS
 from ..hardware import GPU_ALIASES, GPUS
 from ..memory.finetune import METHODS, NORM_DTYPES, TARGETS, parse_targets
 from ..memory.finetune_presets import ADAPTER_PRESETS
+from ..memory.checkpointing import LAYER_OPS, parse_policy
 from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
 from ..memory.offload import OFFLOAD_DEVICES
@@ -319,6 +320,21 @@ def _routing_flags(commands, group) -> list[Flag]:
     ]
 
 
+_POLICY_HELP = ("with --recompute op: torchtitan (its SelectiveAC: matmul and attention outputs "
+                "saved, every second matmul recomputed; the default) or the ops whose outputs are "
+                "saved, comma-separated from " + ",".join(LAYER_OPS))
+_COMPILE_HELP = ("the layers run under torch.compile: its min-cut partitioner decides what is "
+                 "saved for backward (recompute none or full)")
+
+
+def parse_recompute_policy(text: str) -> str:
+    """An op-level policy: ``torchtitan`` or ``q,v,attention`` (:func:`trainmath.memory.checkpointing.parse_policy`)."""
+    try:
+        return parse_policy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive_flags(commands, group, specs):
     return [Flag((f"--{name}",), commands, group, help, parse=parse_positive, default=default,
                  metavar=metavar) for name, help, default, metavar in specs]
@@ -390,8 +406,12 @@ FLAGS: tuple[Flag, ...] = (
         ("seq-len", "sequence length s (for activations)", None, None),
         ("micro-batch", "micro-batch size b", 1, None),
         ("global-batch", "sequences per step: gives the micro-batches m and the bubble", None, "B"))),
-    Flag(("--recompute",), _EST, "training", "none, selective or full", choices=RECOMPUTE_KINDS,
-         what="recompute", default="none"),
+    Flag(("--recompute",), _EST, "training", "none, selective, full, or op (op-level selective "
+         "checkpointing: --recompute-policy names the ops whose outputs are saved)",
+         choices=RECOMPUTE_KINDS, what="recompute", default="none"),
+    Flag(("--recompute-policy",), _EST, "training", _POLICY_HELP, parse=parse_recompute_policy,
+         metavar="POLICY"),
+    Flag(("--compile",), _EST, "training", _COMPILE_HELP, kind="on", default=False),
     Flag(("--implementation",), _EST, "training", "the kernels whose saved tensors are counted, one "
          "of: " + ", ".join(IMPLEMENTATIONS) + "; default: what the preset is trained with, else "
          "megatron-eager", choices=tuple(IMPLEMENTATIONS), what="implementation", metavar="NAME"),
@@ -498,8 +518,12 @@ FLAGS: tuple[Flag, ...] = (
          default="adamw"),
     Flag(("--zero",), _PLAN, "run", "search only this ZeRO stage (default: every stage the recipe "
          "offers)", choices=STAGES, what="ZeRO stage", convert=int),
-    Flag(("--recompute",), _PLAN, "run", "search only this recomputation, none, selective or full "
-         "(default: each the kernels allow)", choices=RECOMPUTE_KINDS, what="recompute"),
+    Flag(("--recompute",), _PLAN, "run", "search only this recomputation, none, selective, full "
+         "or op (default: each the kernels allow, op only when asked)", choices=RECOMPUTE_KINDS,
+         what="recompute"),
+    Flag(("--recompute-policy",), _PLAN, "run", _POLICY_HELP + "; searches recompute op only",
+         parse=parse_recompute_policy, metavar="POLICY"),
+    Flag(("--compile",), _PLAN, "run", _COMPILE_HELP, kind="on", default=False),
     Flag(("--schedule",), _PLAN, "run", "search only this pipeline schedule, one of "
          + ", ".join(SCHEDULES) + " (default: each a layout's micro-batches allow)",
          choices=tuple(SCHEDULES), what="schedule"),

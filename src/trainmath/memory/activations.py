@@ -162,6 +162,10 @@ class Kernels:
     stat_bytes: int = STAT_BYTES
     autocast: bool = False
     routing: Routing = Routing()
+    #: recompute "op": the policy (:mod:`trainmath.memory.checkpointing`; None: torchtitan's)
+    policy: str | None = None
+    #: under ``torch.compile``: its partitioner decides what is saved
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,8 @@ def layer_activations(
     ep: int = 1,
     etp: int | None = None,
     routing: Routing = Routing(),
+    policy: str | None = None,
+    compiled: bool = False,
 ) -> LayerActivations:
     """The tensors one layer of ``model`` saves for backward, on one device.
 
@@ -304,7 +310,8 @@ def layer_activations(
     and so drops the s×s tensors; ``"full"`` keeps only the layer's input (2sbh, split by tp
     only with sequence parallelism). For a GPT-style shape with eager attention,
     :attr:`LayerActivations.korthikanti` equals every row of Table 2 exactly
-    (tests/test_activations.py).
+    (tests/test_activations.py). ``"op"`` with ``policy``, and ``compiled``: see
+    :mod:`trainmath.memory.checkpointing`.
     """
     s, b, tp, cp = _check_split(s, b, tp, cp)
     value_bytes = positive_int("value_bytes", value_bytes)
@@ -322,11 +329,21 @@ def layer_activations(
     if implementation is not None:
         problems += kernel_problems(model, implementation, tp=tp, cp=cp, recompute=recompute,
                                     sequence_parallel=sequence_parallel, mlp_kernel=mlp_kernel)
+    from .checkpointing import (compile_problems, parse_policy, policy_problems,
+                                recompute_policy_problems)
+    policy = None if policy is None else parse_policy(policy)
+    problems += recompute_policy_problems(recompute, policy)
+    impl = implementation or ("megatron-te" if attention == "flash" else "megatron-eager")
+    problems += policy_problems(model, recompute=recompute, policy=policy, implementation=impl,
+                                tp=tp, cp=cp)
+    problems += compile_problems(model, compiled=bool(compiled), recompute=recompute,
+                                 implementation=impl)
     check(problems)
     return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp, ep, etp),
                   Kernels(recompute=recompute, attention=attention, family=family,
                           mlp_kernel=mlp_kernel, value_bytes=value_bytes, mask_bytes=mask_bytes,
-                          stat_bytes=stat_bytes, autocast=bool(autocast), routing=routing))
+                          stat_bytes=stat_bytes, autocast=bool(autocast), routing=routing,
+                          policy=policy, compiled=bool(compiled)))
 
 
 def _projections(model: ModelShape, block: str) -> int:
@@ -346,6 +363,9 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     s, b, tp = sp.seq_len, sp.micro_batch, sp.tp
     recompute, attention, mlp_kernel = k.recompute, k.attention, k.mlp_kernel
     stat_bytes, autocast = k.stat_bytes, k.autocast
+    if recompute == "op" or k.compiled:  # the op-level policy, the compiler's partitioner
+        from .checkpointing import checkpointed_layer
+        return checkpointed_layer(model, sp, k)
     tokens = sp.tokens  # tokens of this micro-batch on this device
     split = Fraction(1, tp)  # share of a tensor-parallel-split tensor
     rep = sp.replicated  # share of a replicated tensor

@@ -23,9 +23,11 @@ ATTENTION_KINDS = ("eager", "flash")
 #: Activation recomputation, the one vocabulary of the library (Korthikanti et al. 2022, §5):
 #: "none" keeps every saved tensor; "selective" recomputes the attention core (QKᵀ, softmax,
 #: dropout, attention over V) in the backward pass; "full" keeps only each layer's input and
-#: reruns the whole layer forward. :mod:`trainmath.time.flops` and :mod:`trainmath.parallel.layout`
-#: use these names for the FLOPs and traffic recomputation adds.
-RECOMPUTE_KINDS = ("none", "selective", "full")
+#: reruns the whole layer forward; "op" is op-level selective checkpointing, PyTorch's
+#: ``create_selective_checkpoint_contexts`` with a policy naming the ops whose outputs are saved
+#: (torchtitan's by default: :mod:`trainmath.memory.checkpointing`). :mod:`trainmath.time.flops`
+#: and :mod:`trainmath.parallel.layout` use these names for the FLOPs and traffic recomputation adds.
+RECOMPUTE_KINDS = ("none", "selective", "full", "op")
 #: How the MLP's activation runs: "eager" is separate PyTorch ops (SwiGLU saves the gate and
 #: up outputs, the SiLU output and their product, four tensors ffn wide); "fused" is one kernel
 #: that saves its input and recomputes in the backward (Megatron-LM's ``SwiGLUFunction`` in

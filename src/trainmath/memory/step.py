@@ -90,7 +90,8 @@ def kernels_of(training: Training, value_bytes: int | None = None, autocast: boo
                    mlp_kernel=training.mlp_kernel,
                    value_bytes=r.compute if value_bytes is None else value_bytes,
                    autocast=r.autocast if autocast is None else autocast,
-                   routing=training.routing)
+                   routing=training.routing, policy=training.recompute_policy,
+                   compiled=training.compiled)
 
 
 def activations(*, shape: ModelShape, layout: Layout, training: Training, batch: Batch,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .checkpointing import parse_policy, recompute_policy_problems
 from .kernels import (ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS,
                       attention_problems, implementation)
 from .recipes import Recipe, optimizer, optimizer_impl, recipe
@@ -56,6 +57,11 @@ class Training:
     #: a mixture of experts' routing: capacity factor, padding, and the expert load counted
     #: (:class:`trainmath.model.moe.Routing`; the default is dropless and balanced)
     routing: Routing = Routing()
+    #: with ``recompute="op"``: the op-level policy, "torchtitan" or the ops whose outputs are
+    #: saved ("q,v,attention"; :mod:`trainmath.memory.checkpointing`); None: torchtitan's
+    recompute_policy: str | None = None
+    #: under ``torch.compile``: its min-cut partitioner decides what is saved for backward
+    compiled: bool = False
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
@@ -69,6 +75,11 @@ class Training:
             if self.recipe is not None:
                 problems += recipe_stage_problems(recipe(self.recipe), self.zero_stage)
         choice("recompute", self.recompute, RECOMPUTE_KINDS)
+        if self.recompute_policy is not None:
+            object.__setattr__(self, "recompute_policy", parse_policy(self.recompute_policy))
+        problems += recompute_policy_problems(self.recompute, self.recompute_policy)
+        if not isinstance(self.compiled, bool):
+            raise ValueError(f"compiled must be True or False, got {self.compiled!r}")
         choice("mlp_kernel", self.mlp_kernel, MLP_KERNELS)
         if self.attention is not None:
             choice("attention", self.attention, ATTENTION_KINDS)

@@ -38,6 +38,7 @@ from functools import lru_cache
 
 from ..hardware import gpu as accelerator, interconnect
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
+from ..memory.checkpointing import compile_problems, policy_problems, timed_recompute
 from ..memory.device import on_device
 from ..memory.kernels import RECOMPUTE_KINDS, context_parallel_problems, kernel_problems
 from ..memory.training import Training
@@ -108,7 +109,7 @@ def _grids(n: int, *, tp_max: int | None = None, tp_cp_max: int | None = None,
 
 
 # -- the search ----------------------------------------------------------------------------------
-_RECOMPUTE_MEMORY = {"none": 0, "selective": 1, "full": 2}  # more recomputation, less memory
+_RECOMPUTE_MEMORY = {"none": 0, "selective": 1, "op": 2, "full": 3}  # more recomputation, less memory
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,13 @@ class Search:
 
     def time(self, lay: Layout, *, zero_stage: int, recompute: str, micro_batch: int):
         """:func:`trainmath.time.step.step_time` of one layout and setting."""
+        t = self.training
+        rc = timed_recompute(self.model, recompute=recompute, policy=t.recompute_policy)
         return step_time(self.model, lay, seq_len=self.seq_len, global_batch=self.global_batch,
-                         micro_batch=micro_batch, zero_stage=zero_stage, recompute=recompute,
-                         recipe=self.training.recipe, implementation=self.training.implementation,
+                         micro_batch=micro_batch, zero_stage=zero_stage, recompute=rc,
+                         recipe=t.recipe, implementation=t.implementation,
                          fabric=self.fabric, overlap=self.overlap, kernel=self.kernel,
-                         sustained=self.sustained, routing=self.training.routing)
+                         sustained=self.sustained, routing=t.routing, compiled=t.compiled)
 
 
 def _span_problems(s: Search, lay: Layout) -> list[Problem]:
@@ -191,8 +194,15 @@ def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], 
     recomputes = ["none", "full"] if flash else ["none", "selective", "full"]
     if s.recomputes is not None:
         recomputes = [rc for rc in recomputes if rc in s.recomputes] or list(s.recomputes)
-    refused = [rc for rc in recomputes
-               if kernel_problems(s.model, s.training.implementation, recompute=rc)]
+    t = s.training
+
+    def rules(rc: str) -> list[Problem]:
+        return [*kernel_problems(s.model, t.implementation, recompute=rc),
+                *policy_problems(s.model, recompute=rc, policy=t.recompute_policy,
+                                 implementation=t.implementation, tp=lay.tp, cp=lay.cp),
+                *compile_problems(s.model, compiled=t.compiled, recompute=rc,
+                                  implementation=t.implementation)]
+    refused = [rc for rc in recomputes if rules(rc)]
     recomputes = [rc for rc in recomputes if rc not in refused]
     keep, pruned = [], []
     for v in vs:
@@ -209,8 +219,7 @@ def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], 
         pruned.append(((None, None, "selective", None), "selective recomputation saves nothing "
                                                        "with flash attention"))
     for rc in refused:
-        pruned.append(((None, None, rc, None), describe(kernel_problems(
-            s.model, s.training.implementation, recompute=rc))))
+        pruned.append(((None, None, rc, None), describe(rules(rc))))
     return keep, pruned
 
 
@@ -264,6 +273,8 @@ def plan(
     expert_load: str = "balanced",
     schedules: tuple[str, ...] | None = None,
     cp_kinds: tuple[str, ...] | None = None,
+    recompute_policy: str | None = None,
+    compiled: bool = False,
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
@@ -278,7 +289,9 @@ def plan(
     pipeline schedules and context-parallel kinds (default: each a layout allows). A mixture's ``capacity_factor``,
     ``pad_to_capacity`` and ``expert_load`` (:class:`trainmath.model.moe.Routing`) set what its
     experts' rows are timed and judged for: fitting is judged at the expert load given
-    (balanced unless it says otherwise), and the plan says which. ``layout`` ("dp=16,tp=8,pp=4", optionally
+    (balanced unless it says otherwise), and the plan says which. ``recompute_policy`` (an
+    op-level policy, :mod:`trainmath.memory.checkpointing`) searches ``recompute="op"`` with it;
+    ``compiled`` times and counts the layers under ``torch.compile``. ``layout`` ("dp=16,tp=8,pp=4", optionally
     with v, zero, recompute, b and stages=7/8*14/7) is scored and placed in the ranking as
     :attr:`~trainmath.planner.candidates.Plan.user`. A ValueError says what would work when
     nothing does.
@@ -298,7 +311,8 @@ def plan(
                  capacity_factor=capacity_factor, pad_to_capacity=pad_to_capacity,
                  expert_load=expert_load,
                  schedules=None if schedules is None else tuple(schedules),
-                 cp_kinds=None if cp_kinds is None else tuple(cp_kinds))
+                 cp_kinds=None if cp_kinds is None else tuple(cp_kinds),
+                 recompute_policy=recompute_policy, compiled=compiled)
     key = tuple(asked.items())
     try:
         hash(key)
@@ -316,8 +330,8 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
             optimizer, gpu_memory, nvlink, network, overlap, kernel, sustained, tp_across_nodes,
             cp_across_nodes, max_interleave, zero_stages=None, recomputes=None,
             capacity_factor=None, pad_to_capacity=False,
-            expert_load="balanced", schedules=None, cp_kinds=None
-            ) -> tuple[Search, tuple[str, ...]]:
+            expert_load="balanced", schedules=None, cp_kinds=None, recompute_policy=None,
+            compiled=False) -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -339,8 +353,15 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     # the training setup, resolved once (the Run fills what is None from the model's defaults)
     routing = Routing(capacity_factor, pad_to_capacity, expert_load)
     check(routing_problems(model, routing))
+    if recompute_policy is not None:  # a policy: op-level checkpointing is what is searched
+        if recomputes not in (None, ("op",)):
+            raise ValueError(f"recompute policy {recompute_policy!r} with recomputes "
+                             f"{recomputes!r}; accepted: recompute op, or no policy")
+        recomputes = ("op",)
     probe = Run(model, Training(recipe=recipe, implementation=implementation, optimizer=optimizer,
-                                routing=routing), gpu=device)
+                                routing=routing, recompute_policy=recompute_policy,
+                                recompute="op" if recompute_policy else "none",
+                                compiled=compiled), gpu=device)
     t0 = probe.training
     r = _recipe(t0.recipe)
     check(peak_precision_problems(r) or accelerator(key).peak_problems(peak_precision(r)))
@@ -561,9 +582,9 @@ def _score_user(s: Search, wanted: dict, ranking: tuple[Candidate, ...]) -> Cand
                     and ("etp" not in wanted or c.layout.expert_tp == lay.expert_tp):
                 return replace(c, reason=f"your layout: rank {c.rank} of {len(ranking)}")
     zs = [wanted["zero"]] if "zero" in wanted else list(_recipe(s.training.recipe).stages)
-    rcs = [wanted["recompute"]] if "recompute" in wanted else [
+    rcs = [wanted["recompute"]] if "recompute" in wanted else list(s.recomputes or [
         rc for rc in ("none", "selective", "full")
-        if not kernel_problems(s.model, s.training.implementation, recompute=rc)]
+        if not kernel_problems(s.model, s.training.implementation, recompute=rc)])
     bs = [wanted["b"]] if "b" in wanted else [1]
     vs = [lay.v] if "v" in wanted else [1]
     memory = s.device.memory

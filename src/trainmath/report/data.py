@@ -83,6 +83,9 @@ def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
             "mfu_from": time.mfu_from},
         "finetune": _finetune_dict(e),
         "experts": _experts_dict(e),
+        "checkpointing": None if e.checkpointing is None or e.checkpointing.recompute != "op" else {
+            "policy": e.checkpointing.policy, "saved_ops": list(e.checkpointing.saved),
+            "recomputed_ops": list(e.checkpointing.recomputed)},
         "inputs": {
             "model": None if shape is None else shape.name,
             "shape": None if shape is None else {
@@ -97,6 +100,7 @@ def estimate_dict(e: Estimate, suggestions: Suggestions | None = None) -> dict:
             "micro_batch": batch.micro_batch, "global_batch": batch.global_batch,
             "interleave": lay.v, "schedule": lay.schedule, "cp_kind": lay.cp_kind,
             "recompute": t.recompute,
+            "recompute_policy": t.recompute_policy, "compile": t.compiled,
             "implementation": t.implementation, "attention": t.attention,
             "mlp_kernel": t.mlp_kernel,
             "assumed": list(r.assumed),
@@ -285,6 +289,7 @@ def plan_dict(p: Plan) -> dict:
             "capacity_factor": _factor(p.training.routing.capacity_factor),
             "pad_to_capacity": p.training.routing.pad,
             "expert_load": p.training.routing.load,
+            "recompute_policy": p.training.recompute_policy, "compile": p.training.compiled,
             "usable_memory_bytes": math.ceil(p.memory.n),
             "sustained": p.share, "attention_kernel": p.kernel_used,
             "nvlink_bytes_per_s": p.fabric.nvlink, "network_bytes_per_s": p.fabric.network,

@@ -139,7 +139,8 @@ def render_estimate(est: Estimate, suggestions: Suggestions | None = None) -> st
     if inputs["seq_len"] is not None and inputs["shape"] is not None:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         head += (f"<p>Activations: s = {inputs['seq_len']}, b = {inputs['micro_batch']}, "
-                 f"recompute {escape(t.recompute)}, {escape(t.implementation)} kernels "
+                 f"recompute {escape(est.checkpointing.describe())}, "
+                 f"{escape(t.implementation)} kernels "
                  f"({escape(t.attention)} attention{escape(kernel)}).</p>")
     if data["microbatches"] is not None:
         head += f"<p>Pipeline: {escape(pipeline_words(est))}.</p>"

@@ -57,7 +57,8 @@ def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         cast = ", autocast" if recipe(t.recipe).autocast else ""
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
-                     f"{t.recompute}, {t.implementation} kernels ({t.attention} attention"
+                     f"{est.checkpointing.describe()}, {t.implementation} kernels "
+                     f"({t.attention} attention"
                      f"{kernel}{cast})")
     if est.microbatches is not None:
         lines.append(f"pipeline: {pipeline_words(est)}")
@@ -345,7 +346,9 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
     f = p.fabric
     lines = [f"{p.model.name} on {p.gpus} {gpu(p.gpu).name} ({p.node_gpus} per node), "
              f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
-             f"{t.implementation} kernels",
+             f"{t.implementation} kernels"
+             + (f", recompute op with policy {t.recompute_policy}" if t.recompute_policy else "")
+             + (", under torch.compile" if t.compiled else ""),
              *(f"note: {w}" for w in p.warnings),
              f"assumed: tensor cores at {p.share:.0%} of their benchmarks' rates; {p.kernel_used} "
              f"attention; {p.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "

@@ -253,6 +253,8 @@ def run(
     nvme: Bytes | str | None = None,
     schedule: str = "1f1b",
     cp_kind: str = "ring",
+    recompute_policy: str | None = None,
+    compiled: bool = False,
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -269,6 +271,8 @@ def run(
     and ``nvme`` (per node, amounts or texts such as ``"1.5TB"``) are the offload's tiers
     (:class:`trainmath.memory.offload.Tiers`). ``schedule`` is the pipeline schedule and
     ``cp_kind`` how context parallelism splits attention (:class:`~trainmath.parallel.layout.Layout`).
+    ``recompute="op"`` takes a ``recompute_policy`` and ``compiled`` runs the layers under
+    ``torch.compile`` (:mod:`trainmath.memory.checkpointing`).
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -288,7 +292,8 @@ def run(
                           recompute=recompute, implementation=implementation,
                           mlp_kernel=mlp_kernel, attention=attention,
                           optimizer_impl=optimizer_impl, offload=offload,
-                          routing=Routing(capacity_factor, pad_to_capacity, expert_load)),
+                          routing=Routing(capacity_factor, pad_to_capacity, expert_load),
+                          recompute_policy=recompute_policy, compiled=compiled),
         layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
                       stages=stages, etp=etp, schedule=schedule, cp_kind=cp_kind),
         batch=Batch(seq_len, micro_batch, global_batch),

@@ -48,6 +48,7 @@ from fractions import Fraction
 
 from ..hardware import Peak, gpu as _accelerator, pcie
 from ..memory.activations import LayerActivations
+from ..memory.checkpointing import Checkpointing, checkpointing, timed_recompute
 from ..derivations import Derivation, bytes_text
 from ..memory.finetune import AdapterStates, _adapter_states, adapter_derivations
 from ..memory.device import OnDevice, on_device
@@ -328,6 +329,16 @@ class Estimate:
         d = self.device
         return {"weights": d.weights, "gradients": d.gradients, "master weights": d.master_weights,
                 "optimizer states": d.optimizer_states, "activations": self.activations}
+
+    @property
+    def checkpointing(self) -> Checkpointing | None:
+        """How the layers trade memory for recomputation: the op-level policy's saved and
+        recomputed ops, and whether the compiler partitions (None without a shape)."""
+        t, shape = self.run.training, self.run.shape
+        if shape is None:
+            return None
+        return checkpointing(shape, recompute=t.recompute, policy=t.recompute_policy,
+                             compiled=t.compiled)
 
     @property
     def adapter_states(self) -> AdapterStates | None:
@@ -655,11 +666,12 @@ def _step(run: Run) -> StepPrediction | None:
     node = run.gpus_per_node or timing.node_gpus
     if node is not None and node != fabric.node_gpus:
         fabric = Fabric(fabric.gpu, node, fabric.nvlink, fabric.network)
+    rc = timed_recompute(shape, recompute=t.recompute, policy=t.recompute_policy)
     st = step_time(shape, run.layout, seq_len=b.seq_len, global_batch=b.global_batch,
-                   micro_batch=b.micro_batch, zero_stage=t.zero_stage, recompute=t.recompute,
+                   micro_batch=b.micro_batch, zero_stage=t.zero_stage, recompute=rc,
                    recipe=t.recipe, implementation=t.implementation, fabric=fabric,
                    overlap=timing.overlap, kernel=timing.kernel, sustained=timing.sustained,
-                   routing=t.routing)
+                   routing=t.routing, compiled=t.compiled)
     peak = _accelerator(run.gpu.kind).peak(peak_precision(r))
     tps = b.global_batch * b.seq_len / st.total
     mfu = tps * flops_per_token(shape, b.seq_len).model / (run.layout.gpus * peak.flops)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..hardware import GPU_ALIASES, GPUS, gpu as accelerator
 from ..memory.finetune import ADAPTER_RECIPES, Adapter, model_problems
+from ..memory.checkpointing import compile_problems, policy_problems
 from ..memory.kernels import context_parallel_problems, kernel_problems
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe
 from ..memory.training import Training
@@ -170,4 +171,8 @@ def run_problems(model: ModelShape, *, layout: Layout, training: Training, batch
     problems += kernel_problems(model, t.implementation, tp=lay.tp, cp=lay.cp,
                                 sequence_parallel=lay.sequence_parallel, recompute=t.recompute,
                                 mlp_kernel=t.mlp_kernel)
+    problems += policy_problems(model, recompute=t.recompute, policy=t.recompute_policy,
+                                implementation=t.implementation, tp=lay.tp, cp=lay.cp)
+    problems += compile_problems(model, compiled=t.compiled, recompute=t.recompute,
+                                 implementation=t.implementation)
     return problems + fsdp2_problems(t.recipe, lay) + routing_problems(model, t.routing)

@@ -137,7 +137,8 @@ class FlopsPerToken:
         return Fraction(self.hardware, self.model) - 1
 
 
-def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") -> FlopsPerToken:
+def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none",
+                    policy: str | None = None) -> FlopsPerToken:
     """Model and hardware FLOPs per trained token for ``model`` at sequence length ``seq_len``.
 
     model = 6N + 12·L·(a·d_head)·s with N = :func:`matmul_params` (PaLM Appendix B), the
@@ -149,7 +150,10 @@ def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") ->
       72Bslh²(1 + s/(3h) + V/(12lh)) (the one behind its MFU/HFU table; a count of one extra
       forward of QKᵀ and attention-over-V alone would be 4·L·(a·d_head)·s);
     - ``"full"``: + 2·N_layers + 4·L·(a·d_head)·s, one more forward of every layer (the LM head
-      is not recomputed): Narayanan et al. 2021, eq. 3, 96Bslh²(1 + s/(6h) + V/(16lh)).
+      is not recomputed): Narayanan et al. 2021, eq. 3, 96Bslh²(1 + s/(6h) + V/(16lh));
+    - ``"op"``: + 2 FLOPs per parameter of each projection the op-level ``policy`` reruns
+      (:func:`trainmath.memory.checkpointing.recomputed_ops`; None: torchtitan's), and
+      4·L·(a·d_head)·s when it reruns the attention kernel.
 
     FlashAttention's own recomputation of QKᵀ in its backward is not counted.
     """
@@ -162,6 +166,11 @@ def flops_per_token(model: ModelShape, seq_len: int, recompute: str = "none") ->
         extra = 0
     elif recompute == "selective":
         extra = 6 * units
+    elif recompute == "op":
+        from ..memory.checkpointing import op_params, recomputed_ops
+        ops = recomputed_ops(model, policy or "torchtitan")
+        extra = 2 * model.layers * sum(op_params(model, op) for op in ops)
+        extra += 2 * units if "attention" in ops else 0
     else:
         layer_matmuls = n - (1 + model.mtp_layers) * model.vocab * model.hidden
         extra = 2 * layer_matmuls + 2 * units

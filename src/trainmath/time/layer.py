@@ -61,7 +61,8 @@ class Work:
 class LayerWork:
     """One layer's work for one micro-batch on one GPU: the forward, the backward, and what
     recomputation reruns (``recompute``: the forward under full recomputation, attention's
-    forward under selective). ``gemms`` lists the forward GEMMs (name, m, n, k, seconds): the
+    forward under selective; under an op-level policy, ``"op:k+o+up"``, the GEMMs of the ops it
+    reruns and every memory-bound op of the forward). ``gemms`` lists the forward GEMMs (name, m, n, k, seconds): the
     ones tensor-parallel communication can overlap with."""
 
     forward: Work
@@ -167,6 +168,10 @@ def layer_work(model: ModelShape, *, tokens: int, batch: int, seq_q: int, seq_kv
         again = forward
     elif recompute == "selective":
         again = Work(0.0, a.forward, 0.0)
+    elif recompute.startswith("op:"):  # an op-level policy: the ops it reruns, every pointwise op
+        ops = recompute[3:].split("+")
+        again = Work(sum(_op_gemm(model, op, T, tp, device) for op in ops),
+                     a.forward if "attention" in ops else 0.0, forward.memory)
     elif recompute == "op-selective":  # torchtitan's per-op policy: every other matmul, no attention
         again = Work(g_fwd / 2, 0.0, forward.memory)
     elif recompute == "layer-selective":  # torchtitan's per-layer policy: every second layer
@@ -174,6 +179,18 @@ def layer_work(model: ModelShape, *, tokens: int, batch: int, seq_q: int, seq_kv
     else:
         again = Work()
     return LayerWork(forward, backward, again, tuple(gemms))
+
+
+def _op_gemm(model: ModelShape, op: str, T: int, tp: int, d: Device) -> float:
+    """Seconds of the forward GEMM of one projection of a layer named as
+    :data:`trainmath.memory.checkpointing.LAYER_OPS` names them (0 for the attention kernel)."""
+    h, q, kv, f = model.hidden, model.q_dim // tp, model.kv_dim // tp, model.ffn // tp
+    shapes = {"qkv": (T, q + 2 * kv, h), "q": (T, q, h), "k": (T, kv, h), "v": (T, kv, h),
+              "o": (T, h, q), "gate": (T, f, h), "up": (T, f, h), "down": (T, h, f)}
+    if op not in shapes:
+        return 0.0
+    m, n, k = shapes[op]
+    return gemm_time(m, n, k, gpu=d.gpu, precision=d.precision, scale=d.sustained)
 
 
 @lru_cache(maxsize=1024)

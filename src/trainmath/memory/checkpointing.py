@@ -1,0 +1,284 @@
+"""Op-level selective activation checkpointing, and what ``torch.compile``'s partitioner saves.
+
+**Op-level checkpointing** (``recompute="op"``): each layer runs under
+``torch.utils.checkpoint.checkpoint`` with ``create_selective_checkpoint_contexts`` and a policy
+that names, op by op, whose outputs are saved (``MUST_SAVE``); everything else is recomputed
+in the backward pass. A layer then keeps its input (the checkpoint's) and the saved ops'
+outputs, nothing else (PyTorch's ``torch/utils/checkpoint.py``: the cached outputs of
+``MUST_SAVE`` ops, "a policy function that always returns ``PREFER_RECOMPUTE`` is equivalent
+to vanilla checkpointing"). A policy is stated in the layer's op names, :data:`LAYER_OPS`
+(``"q,v,attention,gate,down"``), or named: ``"torchtitan"``, :func:`torchtitan_saved`.
+
+**torchtitan's policy** (``torchtitan/distributed/activation_checkpoint.py`` at commit
+b5bcd76c66d0, ``_get_default_save_ops`` lines 31-94 and ``SelectiveAC._wrap_block`` lines
+241-287): save the outputs of compute-intensive ops (``aten.mm``, ``addmm``, ``bmm``, the SDPA
+kernels, ...) "except every second mm/linear", counting ``aten.mm`` and ``aten.linear`` calls
+afresh in every checkpointed block. The original form (``torchtitan/models/llama/
+parallelize_llama.py`` at e23bb707d, March 2025) saved ``aten.mm``, the flash and efficient
+SDPA kernels and ``aten.max`` only: for a Llama block with FlashAttention the two save the same
+tensors; they differ where a linear has a bias (``addmm``, saved every time at HEAD and
+recomputed before) and for the cuDNN attention kernel (saved at HEAD, recomputed before).
+
+**torch.compile** (``compiled=True``): AOTAutograd's ``min_cut_rematerialization_partition``
+(Inductor's partitioner, ``torch/_functorch/partitioners.py``) never recomputes a
+compute-intensive op or a reduction whose output is four times smaller than its input, and
+recomputes cheap pointwise ops when that saves memory. For a Llama layer it keeps what the
+eager kernels keep except SwiGLU's SiLU output, which it recomputes from the gate output: the
+layer saves what a fused SwiGLU kernel saves (:data:`~trainmath.memory.kernels.MLP_KERNELS`),
+and the output projection's output in place of the residual sum (the same bytes). Measured:
+validate/measure/checkpointing.py, docs/_data/measurements.json (ids ``op-sac-`` and
+``compile-``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from .activations import Kernels, LayerActivations, Saved, Split, _layer
+from .kernels import FP32_BYTES
+from ..model.shape import ModelShape
+from ..problems import Problem
+from ..units import Bytes
+
+#: Every op name a policy can save, in a layer's forward order: the projections (``qkv`` for a
+#: fused projection, the GPT shapes; ``q``, ``k``, ``v`` otherwise), the attention kernel (its
+#: output and fp32 log-sum-exp), the output projection, the MLP's projections (``gate``,
+#: ``up``, ``down`` for a gated MLP; ``up``, ``down`` for GeLU).
+LAYER_OPS = ("qkv", "q", "k", "v", "attention", "o", "gate", "up", "down")
+#: The named policies: torchtitan's (:func:`torchtitan_saved`).
+NAMED_POLICIES = ("torchtitan",)
+#: The commit of torchtitan whose policy :func:`torchtitan_saved` follows.
+TORCHTITAN_COMMIT = "b5bcd76c66d0"
+
+
+def layer_ops(model: ModelShape) -> tuple[str, ...]:
+    """The ops of one of ``model``'s layers whose outputs a policy can save, in forward order:
+    torchtitan's Llama (``QKVLinear.forward``: wq, wk, wv; then wo; ``FeedForward``:
+    ``w2(F.silu(w1(x)) * w3(x))``, gate before up) and Megatron-LM's GPT (one QKV matrix)."""
+    attention = ("qkv",) if model.mlp == "gelu" else ("q", "k", "v")
+    mlp = ("up", "down") if model.mlp == "gelu" else ("gate", "up", "down")
+    return (*attention, "attention", "o", *mlp)
+
+
+def _has_bias(model: ModelShape, op: str) -> bool:
+    """Whether the projection ``op`` adds a bias: then it runs as ``aten.addmm``."""
+    return model.bias or (model.qkv_bias and op in ("qkv", "q", "k", "v"))
+
+
+def torchtitan_saved(model: ModelShape) -> tuple[str, ...]:
+    """The ops whose outputs torchtitan's policy saves in one of ``model``'s layers.
+
+    Each projection without a bias is an ``aten.mm`` (``nn.Linear`` on a 3-D input: a view and
+    an ``mm``), counted from 1 in each block; the odd ones are saved, the even ones recomputed
+    ("Save all compute/comm ops, except every second mm/linear"). A projection with a bias is
+    an ``aten.addmm``, in the save set but not counted, so always saved. The attention kernel
+    (flash, efficient or cuDNN SDPA) is saved. For Llama: q, v, attention, gate and down saved;
+    k, o and up recomputed.
+
+    >>> from trainmath.model.presets import preset
+    >>> torchtitan_saved(preset("llama-3-8b"))
+    ('q', 'v', 'attention', 'gate', 'down')
+    """
+    saved, count = [], 0
+    for op in layer_ops(model):
+        if op == "attention" or _has_bias(model, op):
+            saved.append(op)
+            continue
+        count += 1
+        if count % 2 == 1:
+            saved.append(op)
+    return tuple(saved)
+
+
+def parse_policy(text: str) -> str:
+    """A policy as the command takes it: a named policy, or op names joined by commas
+    (``"q,v,attention"``), normalised (spaces dropped, each op once, in :data:`LAYER_OPS`'
+    order); a ValueError names what is accepted."""
+    raw = text.strip().lower()
+    if raw in NAMED_POLICIES:
+        return raw
+    ops = [p.strip() for p in raw.split(",") if p.strip()]
+    wrong = [p for p in ops if p not in LAYER_OPS]
+    if not ops or wrong:
+        raise ValueError(f"recompute policy {text!r}: accepted: {', '.join(NAMED_POLICIES)}, or "
+                         f"the ops whose outputs are saved, comma-separated, from "
+                         f"{', '.join(LAYER_OPS)}")
+    return ",".join(op for op in LAYER_OPS if op in ops)
+
+
+def saved_ops(model: ModelShape, policy: str) -> tuple[str, ...]:
+    """The ops of ``model``'s layers whose outputs ``policy`` saves (a named policy resolved)."""
+    if policy == "torchtitan":
+        return torchtitan_saved(model)
+    return tuple(op for op in policy.split(",") if op)
+
+
+def recomputed_ops(model: ModelShape, policy: str) -> tuple[str, ...]:
+    """The ops of ``model``'s layers that ``policy`` recomputes in the backward pass (the
+    pointwise ops, norms, rotary and activations, are recomputed under every policy)."""
+    kept = saved_ops(model, policy)
+    return tuple(op for op in layer_ops(model) if op not in kept)
+
+
+def recompute_policy_problems(recompute: str, policy: str | None) -> list[Problem]:
+    """A policy goes with ``recompute="op"``."""
+    if recompute != "op" and policy is not None:
+        return [Problem(("recompute_policy", "recompute"), f"recompute policy {policy!r} goes "
+                        f"with recompute 'op', got recompute {recompute!r}; accepted: recompute "
+                        "op, or no policy")]
+    return []
+
+
+def policy_problems(model: ModelShape, *, recompute: str, policy: str | None, implementation: str,
+                    tp: int, cp: int) -> list[Problem]:
+    """The rules of an op-level policy for ``model``: it names ops the layer has; it is
+    modelled, as measured, for dense layers (no mixture of experts, no latent attention) with
+    the megatron-te kernels (flash attention: eager attention's ``bmm`` outputs would be saved
+    too) and without tensor or context parallelism (their collectives and shards are not
+    counted here)."""
+    if recompute != "op":
+        return []
+    problems = []
+    if policy is not None and policy not in NAMED_POLICIES:
+        extra = [op for op in saved_ops(model, policy) if op not in layer_ops(model)]
+        if extra:
+            problems.append(Problem(("recompute_policy",), f"recompute policy {policy!r} names "
+                                    f"{', '.join(extra)}, which {model.name!r}'s layers do not "
+                                    f"run; accepted: {', '.join(layer_ops(model))}"))
+    if model.moe or model.latent:
+        problems.append(Problem(("recompute", "model"), f"recompute 'op' for {model.name!r} "
+                                "(a mixture of experts or latent attention) is not modelled; "
+                                "accepted: a dense model with multi-head or grouped-query "
+                                "attention"))
+    if implementation != "megatron-te":
+        problems.append(Problem(("recompute", "implementation"), "recompute 'op' is modelled "
+                                f"with implementation 'megatron-te', got {implementation!r}; "
+                                "accepted: megatron-te"))
+    if tp > 1 or cp > 1:
+        problems.append(Problem(("recompute", "tp", "cp"), f"recompute 'op' with tp = {tp}, "
+                                f"cp = {cp} is not modelled; accepted: tp = 1 and cp = 1"))
+    return problems
+
+
+def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
+                     implementation: str) -> list[Problem]:
+    """The rules of ``compiled``: what the partitioner saves is modelled, as measured, for a
+    Llama-style layer (dense, RMSNorm before each block, a gated MLP, no dropout, no norms of
+    Q and K, no latent attention) with the megatron-te kernels, and with no recomputation or
+    full recomputation (an op-level or Korthikanti policy's tags are preferences the
+    partitioner may override)."""
+    if not compiled:
+        return []
+    problems = []
+    if (model.moe or model.latent or model.norm != "rmsnorm" or model.mlp == "gelu"
+            or model.dropout or model.qk_norm or model.norm_placement != "pre"):
+        problems.append(Problem(("compile", "model"), f"compile for {model.name!r} is not "
+                                "modelled; accepted: a dense model with RMSNorm before each "
+                                "block, a gated MLP, no dropout, no query/key norms"))
+    if implementation != "megatron-te":
+        problems.append(Problem(("compile", "implementation"), "compile is modelled with "
+                                f"implementation 'megatron-te', got {implementation!r}; "
+                                "accepted: megatron-te"))
+    if recompute not in ("none", "full"):
+        problems.append(Problem(("compile", "recompute"), f"compile with recompute {recompute!r} "
+                                "is not modelled; accepted: recompute none or full"))
+    return problems
+
+
+def op_params(model: ModelShape, op: str) -> int:
+    """Weights of the projection ``op`` of one layer (0 for the attention kernel), biases apart."""
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn
+    return {"qkv": h * (q + 2 * kv), "q": h * q, "k": h * kv, "v": h * kv, "o": q * h,
+            "gate": h * f, "up": h * f, "down": f * h}.get(op, 0)
+
+
+def _op_bytes(model: ModelShape, op: str, v: int, tokens: Fraction) -> list[Saved]:
+    """What op ``op`` returns for ``tokens`` tokens: its output (the attention kernel's output
+    O and its fp32 log-sum-exp per head)."""
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn
+    widths = {"qkv": q + 2 * kv, "q": q, "k": kv, "v": kv, "o": h, "gate": f, "up": f, "down": h}
+    if op == "attention":
+        return [Saved("attention", "attention output O (saved op)", Bytes(v * tokens * q)),
+                Saved("attention", "attention log-sum-exp, fp32 per head (saved op)",
+                      Bytes(FP32_BYTES * tokens * model.heads))]
+    block = "MLP" if op in ("gate", "up", "down") else "attention"
+    return [Saved(block, f"{op} projection output (saved op)", Bytes(v * tokens * widths[op]))]
+
+
+def op_layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
+    """What one layer keeps under the op-level policy ``k.policy`` (module docstring): its input,
+    kept by the checkpoint, and the saved ops' outputs, on one device (tp = cp = 1)."""
+    tokens = sp.tokens
+    out = [Saved("layer", "layer input (checkpoint)", Bytes(k.value_bytes * tokens * model.hidden))]
+    for op in saved_ops(model, k.policy or "torchtitan"):
+        out += _op_bytes(model, op, k.value_bytes, tokens)
+    return LayerActivations(tuple(out))
+
+
+_COMPILED_NAMES = {
+    "gate and up outputs, input to the fused SwiGLU (2 × ffn wide)":
+        "gate and up projection outputs (2 × ffn wide; SiLU recomputed)",
+    "SwiGLU output, input to the down projection (ffn wide)":
+        "SiLU(gate) × up, input to the down projection (ffn wide)",
+    "input to the second RMSNorm": "output projection's output (the residual sum recomputed)",
+}
+
+
+def compiled_layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
+    """What one layer saves when ``torch.compile``'s partitioner splits it (module docstring):
+    the eager kernels' tensors with SwiGLU's SiLU output recomputed, which is the count of a
+    fused SwiGLU kernel; the output projection's output saved in place of the residual sum."""
+    eager = _layer(model, sp, replace(k, mlp_kernel="fused", compiled=False))
+    return LayerActivations(tuple(replace(t, name=_COMPILED_NAMES.get(t.name, t.name))
+                                  for t in eager.tensors))
+
+
+def checkpointed_layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
+    """:func:`op_layer` under ``recompute="op"``, :func:`compiled_layer` when compiled (full
+    recomputation keeps the layer input either way)."""
+    if k.recompute == "op":
+        return op_layer(model, sp, k)
+    if k.recompute == "full":
+        return _layer(model, sp, replace(k, compiled=False))
+    return compiled_layer(model, sp, k)
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """How a run's layers trade memory for recomputation, in words a report shows: the
+    recomputation, the op-level policy and the ops it saves and recomputes, and whether the
+    compiler's partitioner decides what is saved."""
+
+    recompute: str
+    policy: str | None
+    saved: tuple[str, ...]
+    recomputed: tuple[str, ...]
+    compiled: bool
+
+    def describe(self) -> str:
+        """``"op (torchtitan): saves q, v, attention, gate, down; recomputes k, o, up"``."""
+        if self.recompute != "op":
+            text = self.recompute
+        else:
+            text = (f"op ({self.policy}): saves {', '.join(self.saved) or 'nothing'}; "
+                    f"recomputes {', '.join(self.recomputed) or 'nothing'}")
+        return text + (", compiled (torch.compile's min-cut partitioner)" if self.compiled else "")
+
+
+def checkpointing(model: ModelShape, *, recompute: str, policy: str | None,
+                  compiled: bool) -> Checkpointing:
+    """The :class:`Checkpointing` of a run of ``model``."""
+    if recompute != "op":
+        return Checkpointing(recompute, None, (), (), compiled)
+    name = policy or "torchtitan"
+    return Checkpointing(recompute, name, saved_ops(model, name), recomputed_ops(model, name),
+                         compiled)
+
+
+def timed_recompute(model: ModelShape, *, recompute: str, policy: str | None) -> str:
+    """The recomputation as the step-time model takes it: ``"op:k+o+up"`` names the ops an
+    op-level policy reruns (:func:`trainmath.time.layer.layer_work`); other kinds as they are."""
+    if recompute != "op":
+        return recompute
+    return "op:" + "+".join(recomputed_ops(model, policy or "torchtitan"))
