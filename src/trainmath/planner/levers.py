@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from ..memory.kernels import IMPLEMENTATIONS, RECOMPUTE_KINDS, implementation as _implementation
+from ..memory.kernels import IMPLEMENTATIONS, implementation as _implementation
 from ..memory.recipes import recipe as _recipe
 from ..runs.description import Run
 
@@ -80,12 +80,15 @@ class Lever:
 
 # -- the levers --------------------------------------------------------------------------------
 def recompute_settings(run: Run) -> list[Change]:
-    """Recomputation beyond the run's: selective, then full."""
-    now = RECOMPUTE_KINDS.index(run.training.recompute)
+    """Recomputation beyond the run's, memory falling: selective, op-level (torchtitan's
+    policy, where the run's kernels allow it), then full."""
+    order = ("none", "selective", "op", "full")
+    now = order.index(run.training.recompute)
     words = {"selective": "recompute attention's core in the backward (Korthikanti et al. 2022)",
+             "op": "save the matmuls' outputs torchtitan's policy names, recompute the rest",
              "full": "keep only each layer's input and rerun its forward in the backward"}
     return [Change("recompute", (("--recompute", k),), words[k], training=(("recompute", k),))
-            for k in RECOMPUTE_KINDS[now + 1:]]
+            for k in order[now + 1:]]
 
 
 def _zero(run: Run) -> list[Change]:
