@@ -282,6 +282,8 @@ def test_works_offline_once_loaded(copy, driver):
     server, base = check_claims.serve(copy)
     driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
     try:
+        driver.get(base + FIXTURE)  # the reader asks to keep it offline (the calculator's box)
+        driver.execute_script("localStorage.setItem('tm-offline', 'yes')")
         for _ in range(2):  # the second time, through the service worker
             driver.get(base + FIXTURE)
             ident = widget_ids(driver)[0]

@@ -37,7 +37,7 @@ from ..model.shape import MLP_KINDS, NORM_KINDS
 from ..parallel.layout import parse_stages
 from ..time.attention import FLASH_KERNELS
 from ..time.calibration import SUSTAINED
-from ..units import Bytes, parse_bytes
+from ..units import Bytes, parse_bytes, unknown
 
 #: The command's name, as usage and error messages print it.
 PROG = "trainmath"
@@ -178,15 +178,13 @@ def parse_rate(text: str) -> float:
 
 def one_of(what: str, accepted: Sequence, convert: Callable = str) -> Callable:
     """An argument type that accepts one of ``accepted`` and names the rest when it refuses."""
-    names = ", ".join(str(a) for a in accepted)
-
     def parse(text: str):
         try:
             value = convert(text)
         except ValueError:
             value = None
         if value not in accepted:
-            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; accepted: {names}")
+            raise argparse.ArgumentTypeError(unknown(what, text, accepted))
         return value
 
     parse.__name__ = what  # argparse names the type in some messages

@@ -44,7 +44,7 @@ from ..memory.training import Training
 from ..model.moe import Routing, routing_problems
 from ..model.presets import preset
 from ..model.shape import ModelShape
-from ..parallel.layout import (Batch, Layout, batch_problems, expert_problems,
+from ..parallel.layout import (Batch, Layout, cluster_problems, batch_problems, expert_problems,
                                parse_stages, pipeline_split_problems, sequence_problems,
                                tensor_split_problems)
 from ..problems import Problem, check, describe
@@ -372,7 +372,8 @@ def _plan(*, layout, **asked) -> Plan:
                 global_batch=s.global_batch, training=s.training, memory=s.device.memory,
                 fabric=s.fabric, overlap=s.overlap, kernel=s.kernel, sustained=s.sustained,
                 ranking=ranking, candidates=tuple(candidates), user=user, assumed=assumed,
-                warnings=tuple(w for w in [positions_warning(s.model, s.seq_len)] if w))
+                warnings=tuple(w for w in [positions_warning(s.model, s.seq_len)] if w)
+                + tuple(p.message for p in cluster_problems(s.gpus, ("gpus",))))
 
 
 def _stages_asked(zero_stages, recipe_name: str) -> tuple[int, ...] | None:
