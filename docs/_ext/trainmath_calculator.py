@@ -257,10 +257,10 @@ def calculator_html(examples: list[str]) -> str:
             f'<div class="tm-calc-status" role="status"><progress max="4" value="0" '
             f'aria-label="Loading the calculator"></progress> <span class="tm-calc-status-text">'
             f"Loading Python in your browser ({mb:.1f} MB once, then from the cache)…</span>"
-            f'<button type="button" class="tm-calc-cancel-boot" hidden>Cancel</button></div>'
+            f"</div>{tabs}{panels}"
             f'<p class="tm-calc-offline"><label><input type="checkbox" class="tm-calc-keep"> '
             f"keep the calculator in this browser for use offline ({mb:.1f} MB)</label></p>"
-            f"{tabs}{panels}</div>")
+            "</div>")
 
 
 def _commands() -> list[str]:

@@ -450,6 +450,7 @@ def test_a_huge_plan_from_a_link_asks_stays_responsive_and_cancels(calculator, b
     from selenium.webdriver.common.by import By
 
     driver, _, _ = calculator
+    driver.get(base + "index.html")  # a new document, not a change of its hash
     open_page(driver, base + PAGE + HUGE_PLAN)
     state = driver.execute_script(PANEL, "plan")
     assert "100,000 GPUs" in state["ask"], state  # asked, not run
@@ -501,6 +502,7 @@ def test_a_pathological_config_shows_an_error_and_no_old_result(calculator, tmp_
 
 def test_a_misspelled_preset_in_a_link_says_what_it_means(calculator, base):
     driver, _, _ = calculator
+    driver.get(base + "index.html")  # a new document, not a change of its hash
     open_page(driver, base + PAGE + "#cmd=estimate&model=llama-3-8B&seq-len=4096")
     shown = driver.execute_script(SHOWN)
     expected = command(["--model", "llama-3-8B", "--seq-len", "4096"])
@@ -510,6 +512,7 @@ def test_a_misspelled_preset_in_a_link_says_what_it_means(calculator, base):
 
 def test_warnings_beside_absurd_inputs(calculator, base):
     driver, _, _ = calculator
+    driver.get(base + "index.html")  # a new document, not a change of its hash
     open_page(driver, base + PAGE + "#cmd=estimate&params=1e16&dp=1000000000")
     warned = driver.execute_script(
         "return [...document.querySelectorAll('#tm-calc-panel-estimate .tm-calc-warning')]"

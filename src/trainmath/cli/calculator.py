@@ -124,10 +124,9 @@ QUICK: dict[str, tuple[str, ...]] = {
 #: link): the check tab's "what the run showed", its reason to be.
 OPEN: dict[str, tuple[str, ...]] = {"check": ("measured",)}
 #: Plain names of the first forms' fields (the flag stands beside them).
-LABELS = {"model": "Model", "params": "or its size in parameters", SETUP: "How you train",
-          "gpu": "GPU", "dp": "GPUs (data parallel)", "seq-len": "Sequence length (tokens)",
-          "micro-batch": "Micro-batch (sequences per GPU)", "gpus": "GPUs in all",
-          "global-batch": "Global batch (sequences per step)"}
+LABELS = {"model": "Model", "params": "or its size", SETUP: "How you train", "gpu": "GPU",
+          "dp": "GPUs", "seq-len": "Sequence (tokens)", "micro-batch": "Micro-batch",
+          "gpus": "GPUs in all", "global-batch": "Batch (sequences)"}
 #: What an empty field means where the flag has no default value to show.
 EMPTY_MEANS = {"model": "choose a model", SETUP: "as the options below say",
                "recipe": "the model's own", "zero": "the recipe's", "gpu": "none: no fit check",
