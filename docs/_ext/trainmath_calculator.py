@@ -220,6 +220,7 @@ def form_html(form, values: dict[str, str], hidden: bool) -> str:
             f'<form class="tm-calc-form" data-command="{c}" novalidate '
             f'aria-label="trainmath {c}">{"".join(groups)}{actions}{share}</form>'
             f'<div class="tm-calc-result" id="tm-calc-result-{c}" data-command="{c}">'
+            f'<h2 class="tm-calc-sr">The result of trainmath {c}</h2>'
             f'<p class="tm-calc-line">Same as: <code class="tm-calc-cmd"></code></p>'
             f'<div class="tm-calc-html"></div>'
             f'<details class="tm-calc-json-box"><summary>What <code>trainmath {c} --json</code> '

@@ -85,14 +85,15 @@ class Runtime {
   }
 }
 
-// The service worker (calculator-sw.js, at the site's root) for the pages under `scope`, only
-// when the reader has asked to keep the calculator offline (localStorage "tm-offline"); when
-// they have not, a worker registered before is removed with its caches.
-export function keepOffline(root, scope) {
+// The service worker (calculator-sw.js, at the site's root), for the whole site (its scope
+// must hold calculator-worker.js, whose own requests it then answers), only when the reader has
+// asked to keep the calculator offline (localStorage "tm-offline"): then every page read is kept.
+// When they have not, a worker registered before is removed with its caches.
+export function keepOffline(root) {
   if (!("serviceWorker" in navigator) || !location.protocol.startsWith("http")) return;
   const url = new URL(root.dataset.worker, location.href);
   if (localStorage.getItem("tm-offline") === "yes") {
-    navigator.serviceWorker.register(url, { scope }).catch(() => {});
+    navigator.serviceWorker.register(url, { scope: new URL(".", url).href }).catch(() => {});
   } else {
     navigator.serviceWorker.getRegistrations().then(async (all) => {
       for (const r of all) {

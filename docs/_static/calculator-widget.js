@@ -15,8 +15,7 @@ if (widgets.length) {
     if (!module) {
       module = import("./calculator-runtime.js").then(({ loadTrainmath, keepOffline }) => {
         if (!document.getElementById("tm-calculator")) {  // the calculator page keeps its own
-          keepOffline(root, location.pathname.endsWith("/") ? location.pathname + "index.html"
-                                                            : location.pathname);
+          keepOffline(root);
         }
         return loadTrainmath(root);
       }).then((runtime) => ({

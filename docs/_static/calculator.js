@@ -178,6 +178,8 @@ if (root) {
     const command = panel.dataset.command;
     const s = state.get(panel) || {};
     state.set(panel, s);
+    const result = panel.querySelector(".tm-calc-result");
+    result.dataset.pending = "true";  // until the last change has its result (tests wait on it)
     if (s.running) { s.again = true; return; }  // the latest values run when this one ends
     const pairs = valuesOf(form);
     toHash(command, form);
@@ -188,10 +190,10 @@ if (root) {
         clearResult(panel, "asked", "");
         panel.querySelector(".tm-calc-ask-text").textContent = ask;
         panel.querySelector(".tm-calc-ask").hidden = false;
+        delete result.dataset.pending;
         return;
       }
     }
-    const result = panel.querySelector(".tm-calc-result");
     result.classList.add("tm-calc-running");
     s.running = true;
     const started = performance.now();
@@ -233,7 +235,7 @@ if (root) {
     if (timings.first === null && out) timings.first = performance.now();
     result.dataset.ms = ms.toFixed(1);
     result.dataset.runs = String(Number(result.dataset.runs || 0) + 1);
-    if (s.again) { s.again = false; run(panel); }
+    if (s.again) { s.again = false; run(panel); } else delete result.dataset.pending;
   }
 
   // the summary bar steps aside while its result is on screen (it is fixed on phones)
@@ -251,7 +253,11 @@ if (root) {
     const form = panel.querySelector(".tm-calc-form");
     let timer = 0;
     form.addEventListener("submit", (e) => { e.preventDefault(); run(panel); });
-    form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => run(panel), 150); });
+    form.addEventListener("input", () => {
+      clearTimeout(timer);
+      panel.querySelector(".tm-calc-result").dataset.pending = "true";
+      timer = setTimeout(() => run(panel), 150);
+    });
     form.addEventListener("change", (e) => {
       clearTimeout(timer);
       if (e.target.classList.contains("tm-calc-share-config")) toHash(panel.dataset.command, form);
@@ -288,7 +294,7 @@ if (root) {
     keep.checked = localStorage.getItem("tm-offline") === "yes";
     keep.addEventListener("change", () => {
       localStorage.setItem("tm-offline", keep.checked ? "yes" : "no");
-      if (offline) offline(root, "./calculator");
+      if (offline) offline(root);
     });
   }
 
@@ -296,7 +302,7 @@ if (root) {
   async function boot() {
     const { loadTrainmath, keepOffline } = await import("./calculator-runtime.js");
     offline = keepOffline;
-    keepOffline(root, "./calculator");
+    keepOffline(root);
     runtime = await loadTrainmath(root, (n, text) => {
       if (n === 2 && timings.python === null) timings.python = performance.now();
       if (!root.dataset.ready) step(n, text);

@@ -175,15 +175,20 @@ def fill(driver, args: list[str], sub: str = "estimate") -> None:
             el.send_keys(value)
     before = runs(driver, sub)
     driver.execute_script("arguments[0].requestSubmit()", form)
-    deadline = time.time() + 20
-    while runs(driver, sub) == before and time.time() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)  # a debounced run from the last keystroke may follow the submit
-    deadline = time.time() + 20
-    last = -1
-    while runs(driver, sub) != last and time.time() < deadline:
-        last = runs(driver, sub)
-        time.sleep(0.3)
+    settle(driver, sub, before)
+
+
+def settle(driver, sub: str = "estimate", before: int | None = None) -> None:
+    """Wait until the form's last change has its result: a run ended after ``before`` runs,
+    and none is running or waiting (runs are in Python's worker, one after another)."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        busy, n = driver.execute_script(
+            f"const r = document.querySelector('.tm-calc-result[data-command={sub}]');"
+            "return [!!r.dataset.pending, Number(r.dataset.runs || 0)]")
+        if not busy and (before is None or n > before):
+            return
+        time.sleep(0.05)
 
 
 SHOWN = """
@@ -227,7 +232,7 @@ def test_runtime_loads_after_the_page(calculator):
     late = driver.execute_script("""
       const nav = performance.getEntriesByType("navigation")[0];
       return performance.getEntriesByType("resource")
-        .filter(e => /_static\\/(pyodide|calculator)\\//.test(e.name))
+        .filter(e => /_static\\/(pyodide\\/|calculator\\/|calculator-worker)/.test(e.name))
         .map(e => [e.name.split("/").pop(), e.startTime, nav.loadEventStart]);""")
     assert late, "the runtime's files were not requested"
     early = [name for name, start, load in late if start < load]
@@ -351,7 +356,7 @@ def test_works_offline_once_loaded(site, driver):
     server, url = check_claims.serve(site)
     try:
         open_page(driver, url + PAGE)
-        driver.find_element("css selector", ".tm-calc-keep").click()  # the reader asks for it
+        driver.execute_script("document.querySelector('.tm-calc-keep').click()")  # the reader asks
         assert driver.execute_script("return localStorage.getItem('tm-offline')") == "yes"
         driver.execute_async_script("""
           const done = arguments[arguments.length - 1];
@@ -361,9 +366,27 @@ def test_works_offline_once_loaded(site, driver):
     finally:
         server.shutdown()
         server.server_close()
-    open_page(driver, url + PAGE + "#cmd=estimate&params=7e9")
-    shown = driver.execute_script(SHOWN)
-    assert shown["json"] == command(["--params", "7e9"]).stdout
+    try:
+        open_page(driver, url + PAGE + "#cmd=estimate&params=7e9")
+        shown = driver.execute_script(SHOWN)
+        assert shown["json"] == command(["--params", "7e9"]).stdout
+    finally:
+        forget_offline(driver)
+
+
+FORGET = """
+const done = arguments[arguments.length - 1];
+localStorage.removeItem("tm-offline");
+navigator.serviceWorker.getRegistrations()
+  .then((all) => Promise.all(all.map((r) => r.unregister())))
+  .then(() => caches.keys()).then((keys) => Promise.all(keys.map((k) => caches.delete(k))))
+  .then(() => done(true), () => done(false));
+"""
+
+
+def forget_offline(driver) -> None:
+    """The reader's "keep offline" undone, so that later tests load from the network."""
+    driver.execute_async_script(FORGET)
 
 
 @pytest.mark.parametrize("theme,width,height", [("light", 1280, 800), ("dark", 390, 844),
@@ -478,7 +501,8 @@ def test_a_huge_plan_from_a_link_asks_stays_responsive_and_cancels(calculator, b
     # Python restarts, and the next plan runs
     fill(driver, PLAN, "plan")
     shown = driver.execute_script(SHOWN, "plan")
-    assert shown["status"] == "0" and shown["json"] == command(PLAN, "plan").stdout
+    assert shown["status"] == "0", shown["errors"]
+    assert shown["json"] == command(PLAN, "plan").stdout
     driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
 
 
@@ -547,10 +571,8 @@ def test_an_answer_on_a_phones_first_screen(calculator, base):
             else:
                 el.clear()
                 el.send_keys(value)
-        wait_for(driver, "return arguments[0]", lambda n: runs(driver) > before, 20, 0)
-        time.sleep(0.5)
-        fill_done = runs(driver)
-        wait_for(driver, "return 0", lambda _: runs(driver) == fill_done, 5)
+        time.sleep(0.3)  # the debounce of the last keystroke
+        settle(driver, "estimate", before)
         seen = driver.execute_script("""
           const p = document.getElementById("tm-calc-panel-estimate");
           const s = p.querySelector(".tm-calc-summary");
