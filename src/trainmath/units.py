@@ -8,7 +8,6 @@ prints MiB (:class:`trainmath.hardware.GpuMemory`).
 
 from __future__ import annotations
 
-import difflib
 import math
 import numbers
 import re
@@ -77,6 +76,8 @@ def closest(value: object, accepted) -> str | None:
     >>> closest("llama-3-8B", ["llama-3-8b", "llama-3-70b"]), closest("gpt", ["llama-3-8b"])
     ('llama-3-8b', None)
     """
+    import difflib  # only when a name is refused: the command starts without it
+
     names = [str(a) for a in accepted]
     text = str(value)
     for n in names:
