@@ -206,9 +206,8 @@ def form_html(form, values: dict[str, str], hidden: bool) -> str:
         groups.append(f'<details class="tm-calc-more" data-group="{_e(g.key)}"{is_open}>'
                       f'<summary>{_e(g.title[0].upper() + g.title[1:])} '
                       f'<span class="tm-calc-count">({_e(count)})</span></summary>'
-                      f'<fieldset class="tm-calc-group"><legend class="tm-calc-sr">'
-                      f'{_e(g.title)}</legend><div class="tm-calc-fields">{fields}</div>'
-                      "</fieldset></details>")
+                      f'<div class="tm-calc-group" role="group" aria-label="{_e(g.title)}">'
+                      f'<div class="tm-calc-fields">{fields}</div></div></details>')
     private = any(f.kind == "file" for f in form.fields)
     share = ('<p class="tm-calc-share"><label><input type="checkbox" class="tm-calc-share-config">'
              " share with the config: put the pasted text in the link (it stays out of the "
@@ -320,7 +319,7 @@ def _widget_field(ident: str, f, value: str) -> str:
         raise ValueError(f"the small calculator shows selects and text fields; {f.flag} is a "
                          f"{f.kind}")
     return (f'<div class="tm-calc-field">{label}{control}<p class="tm-calc-error" '
-            f'id="{error_id}" data-error-for="{_e(f.name)}"></p></div>')
+            f'id="{error_id}" data-error-for="{_e(f.name)}" role="alert"></p></div>')
 
 
 def widget_html(name: str, argv: list[str] | None, ident: str, root: str, calculator: str) -> str:
@@ -347,7 +346,7 @@ def widget_html(name: str, argv: list[str] | None, ident: str, root: str, calcul
         f'<form class="tm-w-form" novalidate aria-label="{_e(p.title)}">'
         f'<fieldset class="tm-w-fieldset" disabled><legend>{_e(p.title)}</legend>'
         f'<div class="tm-w-fields">{fields}</div></fieldset>'
-        f'<p class="tm-calc-error" id="{ident}-error" data-error-for=""></p></form>'
+        f'<p class="tm-calc-error" id="{ident}-error" data-error-for="" role="alert"></p></form>'
         f'<div class="tm-w-result" aria-live="polite" data-status="0">'
         f'<p class="tm-w-summary"><strong>{_e(out["summary"])}</strong></p>'
         f'<div class="tm-w-chart">{out["chart"]}</div>'
