@@ -238,7 +238,8 @@ def render_plan_page(p: Plan, top: int = 10, explain: bool = False) -> str:
     if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
         rows.append(p.user)
     heads = "".join(f'<th scope="col">{escape(h)}</th>' for h, _ in _PLAN_COLUMNS)
-    table = (f'<div class="tm-calc-plan-box"><table class="tm-calc-table tm-calc-plan">'
+    table = (f'<div class="tm-calc-plan-box" tabindex="0" role="region" '
+             f'aria-label="the fastest layouts"><table class="tm-calc-table tm-calc-plan">'
              f"<caption>The fastest layouts that fit, by predicted step time</caption>"
              f'<thead><tr>{heads}</tr></thead><tbody>{"".join(_plan_row(p, c) for c in rows)}'
              "</tbody></table></div>")
