@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from trainmath import hardware
+from trainmath.cli import calculator
 from trainmath.cli import command as cli
 from trainmath.cli import flags
 from trainmath.memory import kernels, recipes
@@ -46,8 +47,12 @@ def test_the_form_has_every_option_of_the_command_and_its_choices():
     assert set(recipes.RECIPES) <= set(fields["recipe"].choices)
     assert fields["dropout"].kind == "switch" and fields["sequence-parallel"].kind == "flag"
     assert fields["seq-len"].kind == "text" and fields["dp"].default == "1"
-    assert [g.title for g in form.groups][:2] == ["model (a preset, a parameter count, or a shape)",
-                                                  "training"]
+    assert [g.title for g in form.groups][:3] == [
+        "your run", "model (a preset, a parameter count, or a shape)", "training"]
+    # the first form asks what people know; the rest opens on demand
+    assert [f.name for f in form.groups[0].fields] == list(calculator.QUICK["estimate"])
+    assert form.groups[0].quick and not any(g.quick for g in form.groups[1:])
+    assert fields["setup"].choices == tuple(calculator.SETUPS) and not fields["setup"].flags
 
 
 def test_values_and_command_lines_map_both_ways():
@@ -205,7 +210,8 @@ def test_the_planner_tab_gets_what_the_command_prints():
     assert (out["status"], out["stdout"]) == (ran.returncode, ran.stdout) == (0, ran.stdout)
     text = subprocess.run([sys.executable, "-m", "trainmath", "plan", *args],
                           capture_output=True, text=True, cwd=ROOT).stdout
-    assert out["html"].startswith('<pre class="tm-calc-text"') and text.splitlines()[0] in out["html"]
+    assert '<table class="tm-calc-table tm-calc-plan">' in out["html"]  # a table, not a dump
+    assert "<h3>Why the fastest wins</h3>" in out["html"] and text.splitlines()[0] in out["html"]
 
 
 def test_the_summary_says_what_the_command_text_says(capsys):
@@ -231,3 +237,75 @@ def test_the_summary_says_what_the_command_text_says(capsys):
     assert f"{first[12]} s a step" in out["summary"] and f"MFU {first[13]}" in out["summary"]
     bad = json.loads(calculate("estimate", json.dumps([("model", "llama-3-8b"), ("dp", "0")])))
     assert bad["status"] == 2 and bad["summary"] == ""
+
+
+# -- issue 25: an answer in seconds, words a reader understands, never a hang ------------------
+def test_how_people_train_maps_to_the_commands_flags():
+    """"FSDP" is a choice: PyTorch FSDP shards parameters, gradients and optimizer states
+    (Zhao et al. 2023, §3), ZeRO stage 3; DeepSpeed's ZeRO-2 is stage 2 (Rajbhandari et al.
+    2020, §5); LoRA trains an adapter on the frozen model (Hu et al. 2021)."""
+    base = [("model", "llama-3-8b"), ("dp", "8"), ("seq-len", "4096")]
+    for setup, zero, recipe, finetune in (("fsdp", 3, "fsdp2", "full"),
+                                          ("zero2", 2, "deepspeed", "full"),
+                                          ("ddp", 0, "bf16-mixed", "full"),
+                                          ("lora", None, None, "lora")):
+        out = json.loads(calculate("estimate", json.dumps([*base, ("setup", setup)])))
+        assert out["status"] == 0, out["stderr"]
+        data = json.loads(out["stdout"])
+        if zero is not None:
+            assert (data["inputs"]["zero"], data["inputs"]["recipe"]) == (zero, recipe)
+        assert f"--finetune {finetune}" in out["command_line"] or finetune == "full"
+    # a flag set below overrides its part of the setup (argparse keeps the last)
+    argv = to_argv("estimate", [("setup", "zero3"), ("zero", "1")])
+    assert argv == ["estimate", "--recipe", "deepspeed", "--zero", "3", "--zero", "1", "--json"]
+    out = json.loads(calculate("estimate", json.dumps([("params", "7e9"), ("setup", "nope")])))
+    assert out["status"] == 2 and "accepted: ddp, fsdp" in out["stderr"] and out["field"] == "setup"
+
+
+def test_a_misspelled_name_says_what_it_likely_means():
+    with pytest.raises(ValueError, match=r"unknown model preset 'llama-3-8B'; did you mean "
+                                         r"llama-3-8b\? accepted: llama-2-7b"):
+        presets.preset("llama-3-8B")
+    out = run_command(["estimate", "--model", "llama-3-8B", "--json"])
+    assert out.status == 2 and "did you mean llama-3-8b?" in out.stderr
+    assert field_of(out.stderr, _estimate_form()) == "model"
+    assert "did you mean" not in run_command(["estimate", "--model", "gpt", "--json"]).stderr
+
+
+def test_a_config_nested_beyond_reason_is_an_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    out = run_command(["estimate", "--config", str(deep), "--json"])
+    assert out.status == 2 and "nests 100000 levels" in out.stderr
+    real = ROOT / "tests" / "data" / "hf-configs" / "Meta-Llama-3-8B.json"
+    assert run_command(["estimate", "--config", str(real), "--json"]).status == 0
+
+
+def test_inputs_beyond_physical_sense_are_warned_beside_their_fields():
+    """Switch-C has 1571B parameters (Fedus et al. 2022, Table 9), the most of a published
+    trained model; Llama 3 405B trained on up to 16K H100s (Dubey et al. 2024, §3.3)."""
+    from trainmath.model.shape import scale_problems
+    from trainmath.parallel.layout import cluster_problems
+
+    assert scale_problems(100 * 1571 * 10**9) == [] and scale_problems(100 * 1571 * 10**9 + 1)
+    assert cluster_problems(100 * 16384) == [] and cluster_problems(100 * 16384 + 1)
+    out = json.loads(calculate("estimate", json.dumps([("params", "1e16"), ("dp", "1000000000")])))
+    assert out["status"] == 0
+    assert [f for f, _ in out["warnings"]] == ["params", "dp"]
+    assert len(json.loads(out["stdout"])["inputs"]["warnings"]) == 2  # the command says them too
+    ok = json.loads(calculate("estimate", json.dumps([("model", "llama-3-70b"), ("dp", "64")])))
+    assert ok["warnings"] == []
+
+
+def test_a_link_cannot_start_a_plan_on_a_huge_cluster_unasked():
+    assert "100,000 GPUs" in calculator.caution("plan", json.dumps([("gpus", "100000")]))
+    assert calculator.caution("plan", json.dumps([("gpus", "4096")])) == ""
+
+
+def test_help_texts_are_plain_text():
+    """No argparse escape (``%%``) reaches the page, and an empty field shows a value."""
+    for form in forms():
+        for f in form.fields:
+            assert "%%" not in f.help, f.name
+    assert _estimate_form().field("dp").placeholder == "1"
+    assert _estimate_form().field("seq-len").placeholder.startswith("none")

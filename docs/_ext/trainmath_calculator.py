@@ -92,6 +92,12 @@ def _wheel_name() -> str:
     return f"trainmath-{version('trainmath')}-py3-none-any.whl"
 
 
+def runner_version() -> str:
+    """A hash of the worker's script, so that a browser never runs an older one from its cache."""
+    path = Path(__file__).parents[1] / "_static" / "calculator-worker.js"
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+
+
 def runtime_bytes() -> int:
     """Bytes of the runtime's files the page loads after it is usable."""
     return sum((PYODIDE / name).stat().st_size for name in PYODIDE_FILES)
@@ -110,23 +116,44 @@ def _help(f) -> str:
     return f.help
 
 
+def _choice_options(f, value: str) -> str:
+    """A select's options: the empty one says what leaving it means, as a value."""
+    from trainmath.cli.calculator import SETUPS
+
+    empty = f"{f.placeholder} (default)" if f.default else (f.placeholder or "not given")
+    options = [f'<option value="">{_e(empty)}</option>']
+    for c in f.choices:
+        shown = SETUPS[c][0] if f.name == "setup" else c
+        options.append(f'<option value="{_e(c)}"{" selected" if c == value else ""}>'
+                       f"{_e(shown)}</option>")
+    if value and value not in f.choices:  # a link's value the list lacks: the command says why
+        options.append(f'<option value="{_e(value)}" selected>{_e(value)}</option>')
+    return "".join(options)
+
+
 def field_html(command: str, f, value: str) -> str:
     ident = f"tm-calc-{command}-{f.name}"
     help_id, error_id = f"{ident}-help", f"{ident}-error"
     described = f'aria-describedby="{help_id} {error_id}"'
-    default = f"default: {f.default}" if f.default else "default"
-    label = f'<label for="{ident}"><code>{_e(f.flag)}</code>'
-    if f.metavar and f.kind not in ("choice", "flag", "switch"):
-        label += f" <var>{_e(f.metavar)}</var>"
-    label += "</label>"
+    flag = f"<code>{_e(f.flag)}</code>" if f.flag else ""
+    if f.label:
+        label = f'<label for="{ident}">{_e(f.label)}</label>'
+        if flag:
+            label += f' <span class="tm-calc-flag">{flag}</span>'
+    else:
+        label = f'<label for="{ident}">{flag}'
+        if f.metavar and f.kind not in ("choice", "flag", "switch"):
+            label += f" <var>{_e(f.metavar)}</var>"
+        label += "</label>"
+    error = (f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}" '
+             'role="alert"></p>')
+    warning = f'<p class="tm-calc-warning" data-warning-for="{_e(f.name)}"></p>'
     if f.kind == "choice":
-        options = [f'<option value="">{_e(default)}</option>']
-        options += [f'<option value="{_e(c)}"{" selected" if c == value else ""}>{_e(c)}</option>'
-                    for c in f.choices]
-        control = (f'<select id="{ident}" name="{_e(f.name)}" {described}>{"".join(options)}'
-                   "</select>")
+        control = (f'<select id="{ident}" name="{_e(f.name)}" {described}>'
+                   f"{_choice_options(f, value)}</select>")
     elif f.kind == "switch":
-        options = [f'<option value="">{_e(default)}</option>']
+        empty = f.placeholder or "not given"
+        options = [f'<option value="">{_e(empty)}</option>']
         options += [f'<option value="{v}"{" selected" if v == value else ""}>{flag}</option>'
                     for v, flag in (("yes", f.flag), ("no", "--no-" + f.flag[2:]))]
         control = (f'<select id="{ident}" name="{_e(f.name)}" {described}>{"".join(options)}'
@@ -135,41 +162,64 @@ def field_html(command: str, f, value: str) -> str:
         checked = " checked" if value == "on" else ""
         return (f'<div class="tm-calc-field tm-calc-check"><input type="checkbox" id="{ident}" '
                 f'name="{_e(f.name)}" value="on"{checked} {described}>{label}'
-                f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>'
-                f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}"></p>'
+                f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>{error}{warning}'
                 "</div>")
     elif f.kind == "file":
-        control = (f'<textarea id="{ident}" name="{_e(f.name)}" rows="4" spellcheck="false" '
-                   f'{described}>{_e(value)}</textarea>')
+        control = (f'<textarea id="{ident}" name="{_e(f.name)}" rows="3" spellcheck="false" '
+                   f'data-private="true" {described}>{_e(value)}</textarea>')
     else:
-        control = (f'<input type="text" id="{ident}" name="{_e(f.name)}" value="{_e(value)}" '
-                   f'placeholder="{_e(default)}" autocomplete="off" spellcheck="false" '
-                   f'{described}>')
+        placeholder = f' placeholder="{_e(f.placeholder)}"' if f.placeholder else ""
+        numeric = ' inputmode="numeric"' if f.metavar in ("", "N", "B", "V", "R") else ""
+        control = (f'<input type="text" id="{ident}" name="{_e(f.name)}" value="{_e(value)}"'
+                   f'{placeholder}{numeric} autocomplete="off" spellcheck="false" {described}>')
     wide = " tm-calc-wide" if f.kind == "file" else ""
     return (f'<div class="tm-calc-field{wide}">{label}{control}'
-            f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>'
-            f'<p class="tm-calc-error" id="{error_id}" data-error-for="{_e(f.name)}"></p></div>')
+            f'<p class="tm-calc-help" id="{help_id}">{_e(_help(f))}</p>{error}{warning}</div>')
 
 
 def form_html(form, values: dict[str, str], hidden: bool) -> str:
+    from trainmath.cli.calculator import OPEN
+
     c = form.command
     groups = []
+    actions = (f'<div class="tm-calc-actions"><button type="submit" disabled>Run '
+               f'<code>trainmath {c}</code></button>'
+               f'<button type="button" class="tm-calc-cancel" hidden>Cancel</button>'
+               f'<span class="tm-calc-busy" hidden><progress aria-label="Computing"></progress> '
+               f'<span class="tm-calc-busy-text">Computing…</span></span>'
+               f'<p class="tm-calc-error" id="tm-calc-{c}-error" data-error-for="" role="alert">'
+               f'</p><p class="tm-calc-ask" hidden><span class="tm-calc-ask-text"></span> '
+               f'<button type="button" class="tm-calc-ask-run">Run it</button></p></div>'
+               f'<p class="tm-calc-summary" hidden><span class="tm-calc-summary-text"></span> '
+               f'<a href="#tm-calc-result-{c}">the result</a></p>')
     for g in form.groups:
         fields = "".join(field_html(c, f, values.get(f.name, "")) for f in g.fields)
-        groups.append(f'<fieldset class="tm-calc-group"><legend>{_e(g.title)}</legend>'
-                      f'<div class="tm-calc-fields">{fields}</div></fieldset>')
+        if g.quick:
+            groups.append(f'<fieldset class="tm-calc-group tm-calc-quick"><legend>'
+                          f'{_e(g.title[0].upper() + g.title[1:])}</legend>'
+                          f'<div class="tm-calc-fields">{fields}</div></fieldset>{actions}')
+            actions = ""
+            continue
+        given = sum(1 for f in g.fields if values.get(f.name))
+        is_open = " open" if given or g.key in OPEN.get(c, ()) else ""
+        count = f"{len(g.fields)} options" + (f", {given} set" if given else "")
+        groups.append(f'<details class="tm-calc-more" data-group="{_e(g.key)}"{is_open}>'
+                      f'<summary>{_e(g.title[0].upper() + g.title[1:])} '
+                      f'<span class="tm-calc-count">({_e(count)})</span></summary>'
+                      f'<div class="tm-calc-group" role="group" aria-label="{_e(g.title)}">'
+                      f'<div class="tm-calc-fields">{fields}</div></div></details>')
+    private = any(f.kind == "file" for f in form.fields)
+    share = ('<p class="tm-calc-share"><label><input type="checkbox" class="tm-calc-share-config">'
+             " share with the config: put the pasted text in the link (it stays out of the "
+             "address bar and history otherwise)</label></p>") if private else ""
     attrs = ' role="tabpanel" aria-labelledby="tm-calc-tab-' + c + '"' if hidden is not None else ""
     return (f'<section class="tm-calc-panel" id="tm-calc-panel-{c}" data-command="{c}"{attrs}'
             f'{" hidden" if hidden else ""}>'
-            f'<p class="tm-calc-summary" hidden><span class="tm-calc-summary-text"></span> '
-            f'<a href="#tm-calc-result-{c}">the result</a></p>'
+            f'<p class="tm-calc-announce tm-calc-sr" role="status"></p>'
             f'<form class="tm-calc-form" data-command="{c}" novalidate '
-            f'aria-label="trainmath {c}">{"".join(groups)}'
-            f'<div class="tm-calc-actions"><button type="submit" disabled>Run '
-            f'<code>trainmath {c}</code></button>'
-            f'<p class="tm-calc-error" id="tm-calc-{c}-error" data-error-for=""></p></div></form>'
-            f'<div class="tm-calc-result" id="tm-calc-result-{c}" data-command="{c}" '
-            'aria-live="polite">'
+            f'aria-label="trainmath {c}">{"".join(groups)}{actions}{share}</form>'
+            f'<div class="tm-calc-result" id="tm-calc-result-{c}" data-command="{c}">'
+            f'<h2 class="tm-calc-sr">The result of trainmath {c}</h2>'
             f'<p class="tm-calc-line">Same as: <code class="tm-calc-cmd"></code></p>'
             f'<div class="tm-calc-html"></div>'
             f'<details class="tm-calc-json-box"><summary>What <code>trainmath {c} --json</code> '
@@ -203,11 +253,14 @@ def calculator_html(examples: list[str]) -> str:
     mb = runtime_bytes() / 1e6
     return (f'<div id="tm-calculator" class="tm-calculator" data-pyodide="_static/pyodide/" '
             f'data-wheel="_static/calculator/{_wheel_name()}?v={source_hash()}" '
-            f'data-worker="calculator-sw.js">'
+            f'data-worker="calculator-sw.js" data-runner="_static/calculator-worker.js?v={runner_version()}">'
             f'<div class="tm-calc-status" role="status"><progress max="4" value="0" '
             f'aria-label="Loading the calculator"></progress> <span class="tm-calc-status-text">'
-            f"Loading Python in your browser ({mb:.1f} MB once, then from the cache)…</span></div>"
-            f"{tabs}{panels}</div>")
+            f"Loading Python in your browser ({mb:.1f} MB once, then from the cache)…</span>"
+            f"</div>{tabs}{panels}"
+            f'<p class="tm-calc-offline"><label><input type="checkbox" class="tm-calc-keep"> '
+            f"keep the calculator in this browser for use offline ({mb:.1f} MB)</label></p>"
+            "</div>")
 
 
 def _commands() -> list[str]:
@@ -266,7 +319,7 @@ def _widget_field(ident: str, f, value: str) -> str:
         raise ValueError(f"the small calculator shows selects and text fields; {f.flag} is a "
                          f"{f.kind}")
     return (f'<div class="tm-calc-field">{label}{control}<p class="tm-calc-error" '
-            f'id="{error_id}" data-error-for="{_e(f.name)}"></p></div>')
+            f'id="{error_id}" data-error-for="{_e(f.name)}" role="alert"></p></div>')
 
 
 def widget_html(name: str, argv: list[str] | None, ident: str, root: str, calculator: str) -> str:
@@ -289,11 +342,11 @@ def widget_html(name: str, argv: list[str] | None, ident: str, root: str, calcul
         f'<div class="tm-calc-widget" id="{ident}" data-preset="{_e(name)}" '
         f'data-fixed="{_e(json.dumps(fixed))}" data-pyodide="{root}_static/pyodide/" '
         f'data-wheel="{root}_static/calculator/{_wheel_name()}?v={source_hash()}" '
-        f'data-worker="{root}calculator-sw.js" data-calculator="{_e(calculator)}">'
+        f'data-worker="{root}calculator-sw.js" data-runner="{root}_static/calculator-worker.js?v={runner_version()}" data-calculator="{_e(calculator)}">'
         f'<form class="tm-w-form" novalidate aria-label="{_e(p.title)}">'
         f'<fieldset class="tm-w-fieldset" disabled><legend>{_e(p.title)}</legend>'
         f'<div class="tm-w-fields">{fields}</div></fieldset>'
-        f'<p class="tm-calc-error" id="{ident}-error" data-error-for=""></p></form>'
+        f'<p class="tm-calc-error" id="{ident}-error" data-error-for="" role="alert"></p></form>'
         f'<div class="tm-w-result" aria-live="polite" data-status="0">'
         f'<p class="tm-w-summary"><strong>{_e(out["summary"])}</strong></p>'
         f'<div class="tm-w-chart">{out["chart"]}</div>'
@@ -362,7 +415,60 @@ def copy_runtime(app, exception) -> None:
             old.unlink()
     target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(wheel, target / _wheel_name())
-    shutil.copyfile(SERVICE_WORKER, out / SERVICE_WORKER.name)
+    (out / SERVICE_WORKER.name).write_text(
+        SERVICE_WORKER.read_text(encoding="utf-8").replace("__BUILD__", build_version(out)),
+        encoding="utf-8")
+    add_csp(out)
+
+
+def build_version(out: Path) -> str:
+    """The build's version, for the service worker's cache: a hash of the library's sources,
+    Pyodide's lock file and the site's scripts and styles."""
+    h = hashlib.sha256(source_hash().encode())
+    h.update((PYODIDE / "pyodide-lock.json").read_bytes())
+    for path in sorted((out / "_static").glob("*.[jc]s*")):
+        if path.is_file():
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# -- the Content-Security-Policy of every page ----------------------------------------------------
+#: What a page may load: everything from the site itself, nothing from elsewhere.
+#: - script-src: the site's files, plus 'wasm-unsafe-eval', which Pyodide needs to compile its
+#:   WebAssembly (pyodide.asm.wasm, WebAssembly.instantiate), and the hash of each inline script
+#:   a page still has (furo's one line that sets the theme before the page paints; Sphinx's own
+#:   are files), computed from the built page itself;
+#: - style-src 'unsafe-inline': the style attributes of the result's bars and of the figures'
+#:   SVG (their widths and colours); no inline script can come of it;
+#: - worker-src: calculator-worker.js (Python) and the service worker, both from the site;
+#: - img-src data:: furo's icons and the figures' data URIs; connect-src: the wheel and
+#:   Pyodide's files, fetched from the site.
+CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'{hashes}; "
+       "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+       "connect-src 'self'; worker-src 'self'; object-src 'none'; base-uri 'self'; "
+       "form-action 'self'")
+_INLINE = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S)
+
+
+def csp_of(page: str) -> str:
+    """The policy for one page: :data:`CSP` with the hash of each of its inline scripts."""
+    import base64
+
+    hashes = sorted({"'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+                     + "'" for body in _INLINE.findall(page) if body.strip()})
+    return CSP.format(hashes="".join(" " + h for h in hashes))
+
+
+def add_csp(out: Path) -> None:
+    """Write the policy (:func:`csp_of`) into every page, as the first element of its head."""
+    for path in out.rglob("*.html"):
+        text = path.read_text(encoding="utf-8")
+        text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n?', "", text)
+        meta = f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp_of(text))}">'
+        charset = re.search(r"<head>\s*<meta charset=[^>]*>", text)
+        at = charset.end() if charset else text.index("<head>") + len("<head>")
+        text = text[:at] + "\n" + meta + text[at:]
+        path.write_text(text, encoding="utf-8")
 
 
 def add_widget_script(app, pagename, templatename, context, doctree) -> None:

@@ -15,11 +15,12 @@ if (widgets.length) {
     if (!module) {
       module = import("./calculator-runtime.js").then(({ loadTrainmath, keepOffline }) => {
         if (!document.getElementById("tm-calculator")) {  // the calculator page keeps its own
-          keepOffline(root, location.pathname.endsWith("/") ? location.pathname + "index.html"
-                                                            : location.pathname);
+          keepOffline(root);
         }
         return loadTrainmath(root);
-      }).then((py) => py.pyimport("trainmath.cli.widget"));
+      }).then((runtime) => ({
+        calculate: (preset, values) => runtime.call("trainmath.cli.widget", "calculate", preset, values),
+      }));
     }
     return module;
   }
@@ -57,10 +58,21 @@ if (widgets.length) {
       if (input && input.setAttribute) input.setAttribute("aria-invalid", "true");
     }
 
-    function run() {
+    let running = false, again = false;
+    async function run() {
       if (!calc) { wanted = true; start(); return; }
+      if (running) { again = true; return; }
+      running = true;
       const started = performance.now();
-      const out = JSON.parse(calc(root.dataset.preset, JSON.stringify(values())));
+      let out;
+      try {
+        out = JSON.parse(await calc(root.dataset.preset, JSON.stringify(values())));
+      } catch (e) {  // Python failed or was restarted: no figures for these inputs
+        out = { status: 1, field: null, link: "", stderr: "The small calculator could not compute this ("
+                + e.message.trim().split("\n").pop() + "); the calculator page has every option." };
+      } finally {
+        running = false;
+      }
       showError(out.field, out.status ? out.stderr.trim() : "");
       result.dataset.status = String(out.status);
       result.classList.toggle("tm-calc-stale", out.status !== 0);
@@ -69,10 +81,11 @@ if (widgets.length) {
         result.querySelector(".tm-w-chart").innerHTML = out.chart;
         result.querySelector(".tm-w-cmd").textContent = out.command_line;
       }
-      open.setAttribute("href", root.dataset.calculator + "#" + out.link);
+      if (out.link) open.setAttribute("href", root.dataset.calculator + "#" + out.link);
       root.tmLast = out;
       root.dataset.ms = (performance.now() - started).toFixed(1);
       root.dataset.runs = String(Number(root.dataset.runs || 0) + 1);
+      if (again) { again = false; run(); }
     }
 
     function start() {

@@ -54,3 +54,15 @@
   document.addEventListener("toggle", later, true); // a dropdown opened: its blocks have a size now
   document.addEventListener("change", later); // a tab chosen
 })();
+
+/* furo's "Back to top" link sits outside the page's landmarks (axe: region): it goes into a
+ * navigation landmark of its own, where a screen reader's list of landmarks finds it. */
+(function () {
+  "use strict";
+  var link = document.querySelector(".back-to-top");
+  if (!link || link.closest("nav, header, main, footer, aside")) return;
+  var nav = document.createElement("nav");
+  nav.setAttribute("aria-label", "Back to top");
+  link.parentNode.insertBefore(nav, link);
+  nav.appendChild(link);
+})();

@@ -68,10 +68,38 @@ def positive_int(name: str, value: object) -> int:
     return as_int
 
 
+def closest(value: object, accepted) -> str | None:
+    """The name of ``accepted`` a mistyped ``value`` most likely means: the same name in another
+    case, else the nearest by ``difflib.get_close_matches`` (similarity 0.85 or more), else
+    None.
+
+    >>> closest("llama-3-8B", ["llama-3-8b", "llama-3-70b"]), closest("gpt", ["llama-3-8b"])
+    ('llama-3-8b', None)
+    """
+    import difflib  # only when a name is refused: the command starts without it
+
+    names = [str(a) for a in accepted]
+    text = str(value)
+    for n in names:
+        if n.lower() == text.lower():
+            return n
+    near = difflib.get_close_matches(text.lower(), [n.lower() for n in names], n=1, cutoff=0.85)
+    return next((n for n in names if near and n.lower() == near[0]), None)
+
+
+def unknown(name: str, value: object, accepted) -> str:
+    """The refusal of ``value`` as a ``name``: "unknown model preset 'llama-3-8B'; did you mean
+    llama-3-8b? accepted: ..." (the guess only when :func:`closest` has one)."""
+    guess = closest(value, accepted)
+    hint = f"; did you mean {guess}?" if guess is not None else ";"
+    return f"unknown {name} {value!r}{hint} accepted: {_accepted(str(a) for a in accepted)}"
+
+
 def choice(name: str, value: object, accepted) -> str:
-    """``value`` if it is one of ``accepted``, else a ValueError listing what is accepted."""
+    """``value`` if it is one of ``accepted``, else a ValueError listing what is accepted (and
+    the name it most likely means, :func:`unknown`)."""
     if value not in accepted:
-        raise ValueError(f"unknown {name} {value!r}; accepted: {_accepted(accepted)}")
+        raise ValueError(unknown(name, value, accepted))
     return value  # type: ignore[return-value]
 
 

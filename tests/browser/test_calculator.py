@@ -162,6 +162,7 @@ def fill(driver, args: list[str], sub: str = "estimate") -> None:
     _, values = form_values([sub, *args], check=False)
     form = driver.find_element(By.CSS_SELECTOR, f'form.tm-calc-form[data-command="{sub}"]')
     driver.execute_script("""
+      for (const d of arguments[0].querySelectorAll("details")) d.open = true;
       for (const el of arguments[0].elements) {
         if (!el.name) continue;
         if (el.type === "checkbox") el.checked = false; else el.value = "";
@@ -181,15 +182,20 @@ def fill(driver, args: list[str], sub: str = "estimate") -> None:
             el.send_keys(value)
     before = runs(driver, sub)
     driver.execute_script("arguments[0].requestSubmit()", form)
-    deadline = time.time() + 20
-    while runs(driver, sub) == before and time.time() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)  # a debounced run from the last keystroke may follow the submit
-    deadline = time.time() + 20
-    last = -1
-    while runs(driver, sub) != last and time.time() < deadline:
-        last = runs(driver, sub)
-        time.sleep(0.3)
+    settle(driver, sub, before)
+
+
+def settle(driver, sub: str = "estimate", before: int | None = None) -> None:
+    """Wait until the form's last change has its result: a run ended after ``before`` runs,
+    and none is running or waiting (runs are in Python's worker, one after another)."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        busy, n = driver.execute_script(
+            f"const r = document.querySelector('.tm-calc-result[data-command={sub}]');"
+            "return [!!r.dataset.pending, Number(r.dataset.runs || 0)]")
+        if not busy and (before is None or n > before):
+            return
+        time.sleep(0.05)
 
 
 SHOWN = """
@@ -233,7 +239,7 @@ def test_runtime_loads_after_the_page(calculator):
     late = driver.execute_script("""
       const nav = performance.getEntriesByType("navigation")[0];
       return performance.getEntriesByType("resource")
-        .filter(e => /_static\\/(pyodide|calculator)\\//.test(e.name))
+        .filter(e => /_static\\/(pyodide\\/|calculator\\/|calculator-worker)/.test(e.name))
         .map(e => [e.name.split("/").pop(), e.startTime, nav.loadEventStart]);""")
     assert late, "the runtime's files were not requested"
     early = [name for name, start, load in late if start < load]
@@ -297,19 +303,28 @@ def test_the_check_tab_equals_the_command(calculator, args):
     driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
 
 
+LATER = """
+const done = arguments[arguments.length - 1];
+const form = document.querySelector('form.tm-calc-form[data-command="estimate"]');
+const r = document.querySelector('.tm-calc-result');
+const out = [];
+(async () => {
+  for (const dp of ["1", "2", "4", "8", "16", "32", "64", "8"]) {
+    const before = r.dataset.runs;
+    form.elements.namedItem("dp").value = dp;
+    form.dispatchEvent(new Event("change"));
+    while (r.dataset.runs === before) await new Promise((ok) => setTimeout(ok, 5));
+    out.push(Number(r.dataset.ms));
+  }
+  done(out);
+})();
+"""
+
+
 def test_later_results_are_fast(calculator):
     driver, _, _ = calculator
     fill(driver, GOOD[0])
-    times = driver.execute_script("""
-      const form = document.querySelector('form.tm-calc-form[data-command="estimate"]');
-      const r = document.querySelector('.tm-calc-result');
-      const out = [];
-      for (const dp of ["1", "2", "4", "8", "16", "32", "64", "8"]) {
-        form.elements.namedItem("dp").value = dp;
-        form.dispatchEvent(new Event("change"));
-        out.push(Number(r.dataset.ms));
-      }
-      return out;""")
+    times = driver.execute_async_script(LATER)
     RESULTS[PAGE]["later_result_ms"] = round(statistics.median(times), 1)
     assert statistics.median(times) < LATER_RESULT_MS, times
 
@@ -348,6 +363,8 @@ def test_works_offline_once_loaded(site, driver):
     server, url = check_claims.serve(site)
     try:
         open_page(driver, url + PAGE)
+        driver.execute_script("document.querySelector('.tm-calc-keep').click()")  # the reader asks
+        assert driver.execute_script("return localStorage.getItem('tm-offline')") == "yes"
         driver.execute_async_script("""
           const done = arguments[arguments.length - 1];
           navigator.serviceWorker.ready.then(() => done(true));""")
@@ -356,12 +373,31 @@ def test_works_offline_once_loaded(site, driver):
     finally:
         server.shutdown()
         server.server_close()
-    open_page(driver, url + PAGE + "#cmd=estimate&params=7e9")
-    shown = driver.execute_script(SHOWN)
-    assert shown["json"] == command(["--params", "7e9"]).stdout
+    try:
+        open_page(driver, url + PAGE + "#cmd=estimate&params=7e9")
+        shown = driver.execute_script(SHOWN)
+        assert shown["json"] == command(["--params", "7e9"]).stdout
+    finally:
+        forget_offline(driver)
 
 
-@pytest.mark.parametrize("theme,width,height", [("light", 1280, 800), ("dark", 390, 844)])
+FORGET = """
+const done = arguments[arguments.length - 1];
+localStorage.removeItem("tm-offline");
+navigator.serviceWorker.getRegistrations()
+  .then((all) => Promise.all(all.map((r) => r.unregister())))
+  .then(() => caches.keys()).then((keys) => Promise.all(keys.map((k) => caches.delete(k))))
+  .then(() => done(true), () => done(false));
+"""
+
+
+def forget_offline(driver) -> None:
+    """The reader's "keep offline" undone, so that later tests load from the network."""
+    driver.execute_async_script(FORGET)
+
+
+@pytest.mark.parametrize("theme,width,height", [("light", 1280, 800), ("dark", 390, 844),
+                                                ("dark", 1280, 800), ("light", 390, 844)])
 def test_result_accessible(calculator, base, axe_source, theme, width, height, tmp_path):
     import check_claims
     from test_site import IMPACTS, SIDEWAYS, run_axe
@@ -403,3 +439,176 @@ def test_result_accessible(calculator, base, axe_source, theme, width, height, t
         assert driver.execute_script(SIDEWAYS) is None
     driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
     check_claims.set_viewport(driver, 1280, 800)
+
+
+# -- never hang, never stale (issue 25) ---------------------------------------------------------
+#: A link to a plan on 100,000 GPUs: in the page's own thread it froze the tab for minutes.
+HUGE_PLAN = ("#cmd=plan&model=llama-3-8b&gpus=100000&gpu=h100-sxm&seq-len=4096"
+             "&global-batch=100000")
+
+PANEL = """
+const p = document.getElementById("tm-calc-panel-" + arguments[0]);
+const r = p.querySelector(".tm-calc-result");
+return {ask: p.querySelector(".tm-calc-ask").hidden ? "" : p.querySelector(".tm-calc-ask-text").textContent,
+        cancel: !p.querySelector(".tm-calc-cancel").hidden, status: r.dataset.status || null,
+        html: r.querySelector(".tm-calc-html").innerHTML, json: r.querySelector(".tm-calc-json").textContent,
+        summary: p.querySelector(".tm-calc-summary-text").textContent,
+        announce: p.querySelector(".tm-calc-announce").textContent,
+        errors: [...p.querySelectorAll(".tm-calc-error")].filter(e => e.textContent)
+                  .map(e => [e.dataset.errorFor, e.textContent])};
+"""
+
+#: A click's wait in the page's queue: from the event's time stamp to its handler.
+CLICK_DELAY = """
+const done = arguments[arguments.length - 1];
+const el = arguments[0];
+el.addEventListener("click", (e) => { window.tmClickDelay = performance.now() - e.timeStamp; }, {once: true});
+done(true);
+"""
+
+
+def wait_for(driver, script, test, timeout=30.0, *args):
+    deadline = time.time() + timeout
+    while True:
+        value = driver.execute_script(script, *args)
+        if test(value) or time.time() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def test_a_huge_plan_from_a_link_asks_stays_responsive_and_cancels(calculator, base):
+    from selenium.webdriver.common.by import By
+
+    driver, _, _ = calculator
+    driver.get(base + "index.html")  # a new document, not a change of its hash
+    open_page(driver, base + PAGE + HUGE_PLAN)
+    state = driver.execute_script(PANEL, "plan")
+    assert "100,000 GPUs" in state["ask"], state  # asked, not run
+    assert state["status"] == "asked" and not state["html"]
+    driver.find_element(By.CSS_SELECTOR, "#tm-calc-panel-plan .tm-calc-ask-run").click()
+    state = wait_for(driver, PANEL, lambda s: s["cancel"], 10, "plan")
+    assert state["cancel"], "a run over 300 ms shows no Cancel"
+    # the page answers clicks while the planner runs: a group opens and closes at once
+    group = driver.find_element(By.CSS_SELECTOR, '#tm-calc-panel-plan details[data-group="model"] > summary')
+    delays, walls = [], []
+    for _ in range(4):
+        driver.execute_async_script(CLICK_DELAY, group)
+        started = time.time()
+        group.click()
+        delays.append(driver.execute_script("return window.tmClickDelay"))
+        walls.append(time.time() - started)
+    RESULTS.setdefault(PAGE, {})["click_during_plan_ms"] = round(max(delays), 1)
+    assert max(delays) < 100, f"clicks waited {delays} ms during the run"
+    assert max(walls) < 1.0, walls
+    assert driver.execute_script(PANEL, "plan")["cancel"], "the run ended by itself"
+    driver.find_element(By.CSS_SELECTOR, "#tm-calc-panel-plan .tm-calc-cancel").click()
+    state = wait_for(driver, PANEL, lambda s: s["status"] == "cancelled", 10, "plan")
+    assert state["status"] == "cancelled" and not state["html"] and not state["json"], state
+    assert state["errors"] and "Cancelled" in state["errors"][0][1]
+    # Python restarts, and the next plan runs
+    fill(driver, PLAN, "plan")
+    shown = driver.execute_script(SHOWN, "plan")
+    assert shown["status"] == "0", shown["errors"]
+    assert shown["json"] == command(PLAN, "plan").stdout
+    driver.execute_script("document.getElementById('tm-calc-tab-estimate').click()")
+
+
+def test_a_pathological_config_shows_an_error_and_no_old_result(calculator, tmp_path):
+    driver, _, _ = calculator
+    fill(driver, GOOD[0])
+    assert driver.execute_script(SHOWN)["status"] == "0"
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    args = ["--config", str(deep)]
+    fill(driver, args)
+    shown = driver.execute_script(SHOWN)
+    state = driver.execute_script(PANEL, "estimate")
+    expected = command(args)
+    assert expected.returncode == 2 and "nests 100000 levels" in expected.stderr
+    assert shown["status"] == "2" and not shown["html"] and not shown["json"], shown["status"]
+    assert shown["errors"] == [["config", expected.stderr.strip()]]
+    assert state["summary"] == expected.stderr.strip() and not state["announce"]
+    assert "config=" not in urlsplit(driver.current_url).fragment, "the pasted text is in the link"
+
+
+def test_a_misspelled_preset_in_a_link_says_what_it_means(calculator, base):
+    driver, _, _ = calculator
+    driver.get(base + "index.html")  # a new document, not a change of its hash
+    open_page(driver, base + PAGE + "#cmd=estimate&model=llama-3-8B&seq-len=4096")
+    shown = driver.execute_script(SHOWN)
+    expected = command(["--model", "llama-3-8B", "--seq-len", "4096"])
+    assert "did you mean llama-3-8b?" in expected.stderr
+    assert shown["errors"] == [["model", expected.stderr.strip()]]
+
+
+def test_warnings_beside_absurd_inputs(calculator, base):
+    driver, _, _ = calculator
+    driver.get(base + "index.html")  # a new document, not a change of its hash
+    open_page(driver, base + PAGE + "#cmd=estimate&params=1e16&dp=1000000000")
+    warned = driver.execute_script(
+        "return [...document.querySelectorAll('#tm-calc-panel-estimate .tm-calc-warning')]"
+        ".filter(e => e.textContent).map(e => e.dataset.warningFor)")
+    assert warned == ["params", "dp"], warned
+    assert "Check these inputs" in driver.execute_script(SHOWN)["html"]
+
+
+#: The question of issue 25, in the five fields a reader fills: does Llama-3-8B fit for full
+#: fine-tuning with FSDP on 8 A100 80GB at s 4096?
+PHONE_FIELDS = [("model", "llama-3-8b"), ("setup", "fsdp"), ("gpu", "a100-80gb"), ("dp", "8"),
+                ("seq-len", "4096")]
+
+
+def test_an_answer_on_a_phones_first_screen(calculator, base):
+    import check_claims
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver, _, _ = calculator
+    check_claims.set_viewport(driver, 390, 844)
+    try:
+        driver.get(base + "index.html")
+        open_page(driver, base + PAGE)
+        driver.execute_script("window.scrollTo(0, 0)")
+        form = driver.find_element(By.CSS_SELECTOR, 'form.tm-calc-form[data-command="estimate"]')
+        before = runs(driver)
+        for name, value in PHONE_FIELDS:
+            el = form.find_element(By.NAME, name)
+            if el.tag_name == "select":
+                Select(el).select_by_value(value)
+            else:
+                el.clear()
+                el.send_keys(value)
+        time.sleep(0.3)  # the debounce of the last keystroke
+        settle(driver, "estimate", before)
+        seen = driver.execute_script("""
+          const p = document.getElementById("tm-calc-panel-estimate");
+          const s = p.querySelector(".tm-calc-summary");
+          const r = s.getBoundingClientRect();
+          const q = p.querySelector(".tm-calc-quick").getBoundingClientRect();
+          return {scroll: scrollY, top: r.top, bottom: r.bottom, height: innerHeight,
+                  hidden: s.hidden || getComputedStyle(s).display === "none", text: s.textContent,
+                  form: r.bottom - q.top, whole: p.querySelector("form").getBoundingClientRect().height};""")
+        RESULTS.setdefault(PAGE, {}).update(phone_form_px=round(seen["form"]),
+                                            phone_whole_form_px=round(seen["whole"]),
+                                            phone_fields=len(PHONE_FIELDS))
+        shown = driver.execute_script(SHOWN)
+        assert shown["status"] == "0", shown["errors"]
+        assert "--recipe fsdp2 --gpu a100-80gb --dp 8 --seq-len 4096" in shown["line"]
+        assert seen["scroll"] == 0, f"the page scrolled to {seen['scroll']} px to fill the fields"
+        assert not seen["hidden"] and "fits" in seen["text"], seen
+        assert 0 <= seen["top"] and seen["bottom"] <= seen["height"], seen
+    finally:
+        check_claims.set_viewport(driver, 1280, 800)
+
+
+def test_warm_first_result(calculator, base):
+    """The first result with the runtime in the browser's cache (a second visit)."""
+    driver, _, _ = calculator
+    driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
+    try:
+        open_page(driver, base + PAGE)
+        timings = open_page(driver, base + PAGE)
+        RESULTS.setdefault(PAGE, {})["warm_first_result_ms"] = round(timings["first"])
+        assert timings["first"] < FIRST_RESULT_S * 1000
+    finally:
+        driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})

@@ -12,7 +12,7 @@ field it is about: the first field the library's problems name that the reader f
 Every subcommand gets a form (a tab of the page).
 
 >>> [f.name for f in forms()[0].groups[0].fields][:3]
-['model', 'config', 'params']
+['model', 'params', 'setup']
 >>> to_argv("estimate", [("model", "llama-3-8b"), ("dp", "8"), ("sequence-parallel", "on")])
 ['estimate', '--model', 'llama-3-8b', '--dp', '8', '--sequence-parallel', '--json']
 >>> out = run_command(["estimate", "--dp", "0", "--params", "7e9", "--json"])
@@ -36,6 +36,7 @@ from ..problems import Problem
 from ..report.page import (render_check_page, render_estimate, render_plan_page, summarize_check,
                            summarize_estimate, summarize_plan)
 from .command import Outcome, execute
+from ..units import unknown
 from .flags import COMMANDS, GROUPS, PROG, Flag, build_parser, flags_of
 
 #: Option metavars whose value is a file: the form has a text area, whose text is written to a
@@ -68,16 +69,73 @@ class Field:
 
     @property
     def flag(self) -> str:
-        """The option as the command line writes it, ``--seq-len``."""
-        return self.flags[0]
+        """The option as the command line writes it, ``--seq-len`` ("" for the form's own
+        :data:`SETUP` field, which stands for several)."""
+        return self.flags[0] if self.flags else ""
+
+    @property
+    def label(self) -> str:
+        """The field's name in plain words (:data:`LABELS`), or "" where the flag is its name."""
+        return LABELS.get(self.name, "")
+
+    @property
+    def placeholder(self) -> str:
+        """What an empty field means, as a value: the command's default (``1``, ``adamw``) or
+        what it does without one (:data:`EMPTY_MEANS`); "" when the flag is simply left out."""
+        return EMPTY_MEANS.get(self.name, self.default)
 
 
 @dataclass(frozen=True)
 class Group:
-    """A group of the subcommand's flags: its title and fields."""
+    """A group of the subcommand's flags: its title and fields. ``key`` names it in the page's
+    link (which groups are open); ``quick`` marks the first form, always shown."""
 
     title: str
     fields: tuple[Field, ...]
+    key: str = ""
+    quick: bool = False
+
+
+#: How people name the way they train, each as the flags of the command it stands for: the
+#: form's first field, so that "FSDP" is a choice and not ``--recipe fsdp2``. The recipes are
+#: :data:`trainmath.memory.recipes.RECIPES` (fsdp2 shards at ZeRO-3, as FSDP2 does; deepspeed
+#: at the stage given; megatron keeps fp32 gradients, its distributed optimizer ZeRO-1) and the
+#: adapters :data:`trainmath.memory.finetune.METHODS`. A flag typed below overrides its part.
+SETUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ddp": ("plain DDP (every GPU a full copy)", ("--zero", "0")),
+    "fsdp": ("PyTorch FSDP (fully sharded)", ("--recipe", "fsdp2")),
+    "zero1": ("DeepSpeed ZeRO-1", ("--recipe", "deepspeed", "--zero", "1")),
+    "zero2": ("DeepSpeed ZeRO-2", ("--recipe", "deepspeed", "--zero", "2")),
+    "zero3": ("DeepSpeed ZeRO-3", ("--recipe", "deepspeed", "--zero", "3")),
+    "megatron": ("Megatron-LM (distributed optimizer)", ("--recipe", "megatron", "--zero", "1")),
+    "lora": ("LoRA (a 16-bit frozen model)", ("--finetune", "lora")),
+    "qlora": ("QLoRA (a 4-bit frozen model)", ("--finetune", "qlora")),
+}
+#: The form's field for :data:`SETUPS` (it has no flag of its own).
+SETUP = "setup"
+#: The fields of each subcommand's first form, in order: what people know about their run.
+#: The rest of the flags are in groups that open on demand.
+QUICK: dict[str, tuple[str, ...]] = {
+    "estimate": ("model", "params", SETUP, "gpu", "dp", "seq-len", "micro-batch"),
+    "plan": ("model", "gpu", "gpus", "seq-len", "global-batch"),
+    "check": ("model", SETUP, "gpu", "dp", "seq-len", "micro-batch"),
+}
+#: Groups shown open when the page loads (the reader's opening and closing then goes in the
+#: link): the check tab's "what the run showed", its reason to be.
+OPEN: dict[str, tuple[str, ...]] = {"check": ("measured",)}
+#: Plain names of the first forms' fields (the flag stands beside them).
+LABELS = {"model": "Model", "params": "or its size", SETUP: "How you train", "gpu": "GPU",
+          "dp": "GPUs", "seq-len": "Sequence (tokens)", "micro-batch": "Micro-batch",
+          "gpus": "GPUs in all", "global-batch": "Batch (sequences)"}
+#: What an empty field means where the flag has no default value to show.
+EMPTY_MEANS = {"model": "choose a model", SETUP: "as the options below say",
+               "recipe": "the model's own", "zero": "the recipe's", "gpu": "none: no fit check",
+               "seq-len": "none: no activations", "implementation": "the model's own",
+               "optimizer-impl": "the recipe's", "attention": "the kernels'",
+               "kv-heads": "= heads", "etp": "= tp", "expert-ffn": "= ffn",
+               "gpus-per-node": "8", "lora-rank": "16", "lora-targets": "q,v",
+               "lora-dropout": "0", "global-batch": "one micro-batch per GPU",
+               "stage-layers": "even"}
 
 
 #: The calculator's tab for each subcommand: what a reader comes to it for.
@@ -128,17 +186,30 @@ def _field(f: Flag) -> Field:
                  f.metavar or "")
 
 
+def _setup_field() -> Field:
+    return Field(SETUP, (), "choice", "how the run keeps and shards its states, by the name "
+                 "people use; the \"Same as\" line shows the flags it stands for",
+                 "", tuple(SETUPS))
+
+
 def forms() -> tuple[Form, ...]:
-    """A :class:`Form` for every subcommand of :data:`trainmath.cli.flags.COMMANDS`, its groups
-    and fields in the order of the flag table."""
+    """A :class:`Form` for every subcommand of :data:`trainmath.cli.flags.COMMANDS`: its first
+    form (:data:`QUICK`), then its groups and fields in the order of the flag table."""
     out = []
     for command, (help_text, _) in COMMANDS.items():
         flags = [f for f in flags_of(command) if f.names[0] not in _SKIP]
-        groups = [Group(title, tuple(_field(f) for f in flags if f.group == key))
+        quick = QUICK.get(command, ())
+        by_name = {f.name: _field(f) for f in flags}
+        by_name[SETUP] = _setup_field()
+        first = tuple(by_name[n] for n in quick if n in by_name)
+        groups = [Group(title, tuple(_field(f) for f in flags if f.group == key
+                                     and f.name not in quick), key)
                   for key, title in GROUPS[command]]
-        own = tuple(_field(f) for f in flags if not f.group)
+        own = tuple(_field(f) for f in flags if not f.group and f.name not in quick)
         if own:
-            groups.insert(0, Group("options", own))
+            groups.insert(0, Group("options", own, "options"))
+        if first:
+            groups.insert(0, Group("your run", first, "first", quick=True))
         out.append(Form(command, help_text, tuple(g for g in groups if g.fields)))
     return tuple(out)
 
@@ -170,7 +241,11 @@ def to_argv(command: str, values: Sequence[tuple[str, str]],
             text = text.strip()
         if not text.strip():
             continue
-        if f.kind == "flag":
+        if f.name == SETUP:
+            if text not in SETUPS:
+                raise ValueError(unknown("setup (how you train)", text, SETUPS))
+            argv += SETUPS[text][1]
+        elif f.kind == "flag":
             argv.append(f.flag)
         elif f.kind == "switch":
             if text not in ("yes", "no"):
@@ -263,14 +338,52 @@ def calculate(command: str, values_json: str) -> str:
                            "summary": ""})
     outcome = execute(argv)
     page = summary = ""
+    warnings: list[tuple[str | None, str]] = []
     if outcome.status == 0:
         page = RENDERERS[command](outcome.result, outcome)
         summary = SUMMARIES[command](outcome.result)
+        warnings = [(field_of(p.message, form, [p], given), p.message)
+                    for p in _warning_problems(outcome.result)]
     field = (field_of(outcome.stderr, form, outcome.problems, given) if outcome.status else None)
     return json.dumps({
         "argv": argv, "command_line": shlex.join([PROG, *argv]),
         "status": outcome.status, "stdout": outcome.stdout, "stderr": outcome.stderr,
-        "field": field, "html": page, "summary": summary})
+        "field": field, "html": page, "summary": summary, "warnings": warnings})
+
+
+def _warning_problems(result: object) -> list[Problem]:
+    """The warnings of an estimate's run (each naming its fields), or a plan's (none named)."""
+    run = getattr(result, "run", None) or getattr(getattr(result, "estimate", None), "run", None)
+    if run is not None:
+        return run.warning_problems()
+    return [Problem((), w) for w in getattr(result, "warnings", ())]
+
+
+#: A plan from a link on more GPUs than this asks before it runs: the planner tries every
+#: split of the count, and at 10,000 GPUs it ran 20 s in the browser (issue 25).
+CAUTION_GPUS = 4096
+
+
+def caution(command: str, values_json: str) -> str:
+    """Why a run a link asks for could take long, to ask the reader before it starts ("" when
+    it is quick): a plan on more than :data:`CAUTION_GPUS` GPUs.
+
+    >>> caution("plan", '[["gpus", "100000"]]')[:46]
+    'This link asks the planner for 100,000 GPUs: i'
+    >>> caution("plan", '[["gpus", "64"]]'), caution("estimate", '[["dp", "100000"]]')
+    ('', '')
+    """
+    values = dict((str(k), str(v)) for k, v in json.loads(values_json))
+    if command == "plan":
+        try:
+            gpus = int(values.get("gpus", "").strip())
+        except ValueError:
+            return ""
+        if gpus > CAUTION_GPUS:
+            return (f"This link asks the planner for {gpus:,} GPUs: it tries every split of "
+                    f"them, which can take minutes (more than {CAUTION_GPUS:,} GPUs). Run it, "
+                    "or change the count first.")
+    return ""
 
 
 def form_values(argv: Sequence[str], check: bool = True) -> tuple[str, list[tuple[str, str]]]:

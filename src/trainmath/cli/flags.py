@@ -41,7 +41,7 @@ from ..parallel.layout import CP_KINDS, parse_stages
 from ..parallel.schedules import SCHEDULES
 from ..time.attention import FLASH_KERNELS
 from ..time.calibration import SUSTAINED
-from ..units import Bytes, parse_bytes
+from ..units import Bytes, parse_bytes, unknown
 
 #: The command's name, as usage and error messages print it.
 PROG = "trainmath"
@@ -182,15 +182,13 @@ def parse_rate(text: str) -> float:
 
 def one_of(what: str, accepted: Sequence, convert: Callable = str) -> Callable:
     """An argument type that accepts one of ``accepted`` and names the rest when it refuses."""
-    names = ", ".join(str(a) for a in accepted)
-
     def parse(text: str):
         try:
             value = convert(text)
         except ValueError:
             value = None
         if value not in accepted:
-            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; accepted: {names}")
+            raise argparse.ArgumentTypeError(unknown(what, text, accepted))
         return value
 
     parse.__name__ = what  # argparse names the type in some messages

@@ -41,6 +41,7 @@ contradict each other raise a ValueError naming the key and what is accepted.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -518,6 +519,31 @@ def shape_from_config(d: dict[str, Any], name: str = "config.json", source: str 
     return shape(name, source=source or f"config.json ({what})", **fields)
 
 
+#: The deepest nesting of objects and arrays :func:`load_config` reads. A Hugging Face
+#: config.json nests a few levels (a composite model's ``text_config`` holding ``rope_scaling``);
+#: a text nested thousands deep is not one, and would exhaust Python's stack in the decoder
+#: (in the browser's Pyodide, before its recursion limit: a crash, not an error).
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(text: str) -> int:
+    """How deep ``text``'s brackets nest (``{``, ``[``), outside its strings: counted without
+    decoding, so that any text can be measured.
+
+    >>> json_depth('{"a": [1, {"b": "[[["}]}'), json_depth("[" * 100000 + "]" * 100000)
+    (3, 100000)
+    """
+    depth = deepest = 0
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', text):
+        c = token.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def load_config(path: str | Path, name: str | None = None) -> ModelShape:
     """Read a ``config.json`` file into a shape named ``name`` (default: the path as given)."""
     p = Path(path)
@@ -526,6 +552,10 @@ def load_config(path: str | Path, name: str | None = None) -> ModelShape:
     except OSError as exc:
         raise ValueError(f"cannot read config {str(path)!r}: {exc.strerror}; accepted: the path "
                          "of a Hugging Face config.json") from None
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"config {str(path)!r} nests {depth} levels of brackets; accepted: a "
+                         f"Hugging Face config.json (at most {MAX_JSON_DEPTH} levels)")
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:

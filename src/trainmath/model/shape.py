@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
+from ..problems import Problem
 from ..units import choice, positive_int
 
 
@@ -604,6 +605,31 @@ def _mlp_params(m: ModelShape, width: int) -> int:
     if m.mlp == "gelu":  # up (h -> width), down (width -> h)
         return 2 * h * width + ((width + h) if m.bias else 0)
     return 3 * h * width + ((2 * width + h) if m.bias else 0)  # gate, up, down
+
+
+#: The most parameters of a published trained model: Switch-C, 1571B (Fedus et al. 2022,
+#: Table 9). :func:`scale_problems` warns a hundred times beyond it.
+LARGEST_TRAINED_PARAMS = 1_571_000_000_000
+#: How far past the largest published figure an input may go before it is called implausible.
+IMPLAUSIBLE_FACTOR = 100
+
+
+def scale_problems(params: int) -> list[Problem]:
+    """A model a hundred times larger than any published one (:data:`LARGEST_TRAINED_PARAMS`)
+    is accepted and computed, with this warning: a mistyped size (hidden 10^12, 10^30 layers)
+    more likely than a plan. The fields are those that make a model's size.
+
+    >>> scale_problems(70_000_000_000)
+    []
+    >>> scale_problems(10**15)[0].message[:60]
+    'the model has 1,000,000,000,000,000 parameters, over a hundr'
+    """
+    if params > IMPLAUSIBLE_FACTOR * LARGEST_TRAINED_PARAMS:
+        return [Problem(("params", "hidden", "layers", "ffn", "vocab", "experts"),
+                        f"the model has {params:,} parameters, over a hundred times the largest "
+                        f"published trained model ({LARGEST_TRAINED_PARAMS:,}, Switch-C): check "
+                        "its size")]
+    return []
 
 
 def param_count(m: ModelShape) -> int:

@@ -452,6 +452,29 @@ def sequence_problems(seq_len: int, lay: Layout) -> list[Problem]:
     return problems
 
 
+#: The most GPUs of a published training run: Llama 3 405B on up to 16K H100s (Dubey et al.
+#: 2024, §3.3). :func:`cluster_problems` warns a hundred times beyond it.
+LARGEST_TRAINING_GPUS = 16_384
+#: How far past the largest published run a GPU count may go before it is called implausible.
+IMPLAUSIBLE_GPU_FACTOR = 100
+
+
+def cluster_problems(gpus: int, fields: tuple[str, ...] = ("gpus", "dp", "tp", "pp", "cp")
+                     ) -> list[Problem]:
+    """A run on a hundred times more GPUs than any published one (:data:`LARGEST_TRAINING_GPUS`)
+    is computed, with this warning: more likely a typo (dp 10^9) than a cluster.
+
+    >>> cluster_problems(16_384), len(cluster_problems(10**9))
+    ([], 1)
+    """
+    limit = IMPLAUSIBLE_GPU_FACTOR * LARGEST_TRAINING_GPUS
+    if gpus > limit:
+        return [Problem(fields, f"{gpus:,} GPUs is over a hundred times the largest published "
+                        f"training run ({LARGEST_TRAINING_GPUS:,}, Llama 3 405B): check the "
+                        "count")]
+    return []
+
+
 def gpus_problems(gpus: int, lay: Layout) -> list[Problem]:
     """A GPU count given beside a layout must be dp · tp · pp · cp."""
     g = positive_int("gpus", gpus)

@@ -46,7 +46,7 @@ from ..model.moe import Routing, routing_problems
 from ..model.presets import preset
 from ..model.shape import ModelShape
 from ..parallel.layout import (CP_KINDS, Batch, Layout, _head_split_problems, _hybrid_degree,
-                               batch_problems, expert_problems, parse_stages,
+                               batch_problems, cluster_problems, expert_problems, parse_stages,
                                pipeline_split_problems, sequence_problems,
                                tensor_split_problems)
 from ..parallel.schedules import SCHEDULES, schedule_problems
@@ -409,7 +409,8 @@ def _plan(*, layout, **asked) -> Plan:
                 global_batch=s.global_batch, training=s.training, memory=s.device.memory,
                 fabric=s.fabric, overlap=s.overlap, kernel=s.kernel, sustained=s.sustained,
                 ranking=ranking, candidates=tuple(candidates), user=user, assumed=assumed,
-                warnings=tuple(w for w in [positions_warning(s.model, s.seq_len)] if w))
+                warnings=tuple(w for w in [positions_warning(s.model, s.seq_len)] if w)
+                + tuple(p.message for p in cluster_problems(s.gpus, ("gpus",))))
 
 
 def _stages_asked(zero_stages, recipe_name: str) -> tuple[int, ...] | None:

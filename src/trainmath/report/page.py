@@ -18,7 +18,7 @@ from ..units import Bytes
 from .data import estimate_dict
 from .facts import assumed, change_words, fit, headroom_words, pipeline_words, whole
 from .terms import explain
-from .text import SHOWN, render, render_check, render_plan
+from .text import SHOWN, plan_reasons, render, render_check, render_plan
 
 if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
     from ..planner.suggest import Suggestions
@@ -192,7 +192,7 @@ def render_estimate(est: Estimate, suggestions: Suggestions | None = None) -> st
                  f"({escape(time['peak'])}).</p>")
     terms = _terms_html(explain(est))
     text = escape(render(est, suggestions))  # the command's own table, as a terminal shows it
-    return (f"{head}{table}{when}{fits}<h3>At the peak</h3>{bar}"
+    return (f"{warnings_html(est.run.warnings)}{head}{table}{when}{fits}<h3>At the peak</h3>{bar}"
             f'<h3>Show the arithmetic</h3><div class="tm-calc-terms">{terms}</div>'
             f'<details class="tm-calc-text-box"><summary>What <code>trainmath estimate</code> '
             f'prints (without <code>--json</code>)</summary><pre class="tm-calc-text" '
@@ -221,10 +221,73 @@ def render_suggestions(s: Suggestions) -> str:
             f"{escape(s.ranking)}.</p><ol>{items}</ol></div>")
 
 
+def warnings_html(warnings) -> str:
+    """A run's or a plan's warnings (accepted, worth saying), beside the figures they are about."""
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{escape(w)}</li>" for w in warnings)
+    return (f'<div class="tm-calc-warnings" role="note"><p><strong>Check these inputs</strong>'
+            f"</p><ul>{items}</ul></div>")
+
+
+#: The plan table's columns: (heading, what it says), in the command's order.
+_PLAN_COLUMNS = (("rank", "rank"), ("layout", "dp × tp × pp × cp"), ("v", "chunks per device"),
+                 ("schedule", "pipeline schedule"), ("cp by", "context-parallel kind"),
+                 ("ZeRO", "ZeRO stage"), ("recompute", "recompute"), ("b", "micro-batch"),
+                 ("GPU GB", "on the GPU"), ("step s", "step time"), ("MFU", "MFU"),
+                 ("tokens/s", "tokens per second"), ("limited by", "limited by"))
+
+
+def _plan_row(p: Plan, c) -> str:
+    lay = c.layout
+    rank = "you" if c is p.user and c.rank is None else str(c.rank)
+    split = f"{lay.dp} × {lay.tp} × {lay.pp} × {lay.cp}"
+    if p.model.experts > 1:
+        split += f", ep {lay.ep}, etp {lay.expert_tp}"
+    limit = "does not fit" if c.status != "kept" else ("" if c.time is None else c.time.limit)
+    cells = (rank, split, str(lay.v), "-" if lay.pp == 1 else lay.schedule,
+             "-" if lay.cp == 1 else lay.cp_kind, str(c.zero_stage), c.recompute, str(c.micro_batch),
+             "-" if c.process is None else f"{c.process.to('GB'):.1f}",
+             "-" if c.time is None else f"{c.time.total:.2f}",
+             "-" if c.mfu is None else f"{c.mfu:.1%}",
+             "-" if c.tokens_per_second is None else f"{c.tokens_per_second:,.0f}", limit)
+    out = []
+    for (head, words), cell in zip(_PLAN_COLUMNS, cells):
+        tag = 'th scope="row"' if head == "rank" else "td"
+        out.append(f'<{tag} data-label="{escape(words)}">{escape(cell)}</{tag.split()[0]}>')
+    best = ' class="tm-calc-best"' if c.rank == 1 else ""
+    return f'<tr{best}>{"".join(out)}</tr>'
+
+
 def render_plan_page(p: Plan, top: int = 10, explain: bool = False) -> str:
-    """The HTML the calculator shows for a plan: the command's ranking table
-    (:func:`trainmath.report.text.render_plan`) of the same plan."""
-    return f'<pre class="tm-calc-text" tabindex="0">{escape(render_plan(p, top, explain))}</pre>'
+    """The HTML the calculator shows for a plan: the fastest layouts that fit as a table (each
+    row a card on a phone), why the fastest wins (:func:`trainmath.report.text.plan_reasons`),
+    and the command's own text (:func:`trainmath.report.text.render_plan`) of the same plan."""
+    t = p.training
+    head = (f"<p><strong>{escape(p.model.name)}</strong> on {p.gpus:,} {escape(p.gpu)} GPUs "
+            f"({p.node_gpus} per node), s = {p.seq_len}, {p.global_batch} sequences per step, "
+            f"recipe {escape(t.recipe)}: {len(p.candidates):,} layouts considered, "
+            f"{len(p.ranking):,} fit.</p>")
+    rows = list(p.ranking[:top])
+    if p.user is not None and all(c.grid != p.user.grid or c.rank is None for c in rows):
+        rows.append(p.user)
+    heads = "".join(f'<th scope="col">{escape(h)}</th>' for h, _ in _PLAN_COLUMNS)
+    table = (f'<div class="tm-calc-plan-box" tabindex="0" role="region" '
+             f'aria-label="the fastest layouts"><table class="tm-calc-table tm-calc-plan">'
+             f"<caption>The fastest layouts that fit, by predicted step time</caption>"
+             f'<thead><tr>{heads}</tr></thead><tbody>{"".join(_plan_row(p, c) for c in rows)}'
+             "</tbody></table></div>")
+    reasons = plan_reasons(p, top)
+    why = (f'<h3>Why the fastest wins</h3><p>{escape(reasons[0][0].upper() + reasons[0][1:])}.'
+           f'</p><ul class="tm-calc-reasons">'
+           + "".join(f"<li>{escape(r)}</li>" for r in reasons[1:]) + "</ul>")
+    if p.user is not None:
+        why += f"<p>{escape(p.user.reason)}</p>"
+    text = escape(render_plan(p, top, explain))
+    return (f"{warnings_html(p.warnings)}{head}{table}{why}"
+            f'<details class="tm-calc-text-box"><summary>What <code>trainmath plan</code> prints '
+            f'(without <code>--json</code>)</summary><pre class="tm-calc-text" tabindex="0">'
+            f"{text}</pre></details>")
 
 
 def summarize_estimate(est: Estimate) -> str:

@@ -29,9 +29,9 @@ from ..memory.offload import Tiers, tiers_problems
 from ..memory.training import Training, offload_problems, resolve
 from ..model.moe import Routing
 from ..model.presets import preset
-from ..model.shape import ModelShape, param_count
-from ..parallel.layout import Batch, Layout
-from ..problems import Invalid, check
+from ..model.shape import ModelShape, param_count, scale_problems
+from ..parallel.layout import Batch, Layout, cluster_problems
+from ..problems import Invalid, Problem, check
 from ..units import Bytes, parse_bytes, positive_int
 from ..time.step import Timing
 from .rules import (adapter_problems, budget_problems, count_only_problems, positions_warning,
@@ -180,9 +180,21 @@ class Run:
                 shape=self.shape, batch=self.batch, gpu=None if self.gpu is None else self.gpu.kind,
                 timeable=untimed_reason(t))
         check(problems)
+        object.__setattr__(self, "warnings", tuple(p.message for p in self.warning_problems()))
+
+    def warning_problems(self) -> list[Problem]:
+        """What the run does that is accepted but worth saying, as problems naming their fields:
+        a sequence past a rotary model's positions (:func:`~trainmath.runs.rules.positions_warning`),
+        a model or a GPU count beyond physical sense
+        (:func:`~trainmath.model.shape.scale_problems`,
+        :func:`~trainmath.parallel.layout.cluster_problems`)."""
+        found = []
         if self.shape is not None:
             warning = positions_warning(self.shape, self.batch.seq_len)
-            object.__setattr__(self, "warnings", () if warning is None else (warning,))
+            if warning is not None:
+                found.append(Problem(("seq_len",), warning))
+        params = self.model if self.shape is None else param_count(self.shape)
+        return [*found, *scale_problems(params), *cluster_problems(self.layout.gpus)]
 
     def _resolve(self) -> None:
         """Fill the training choices left open (:func:`trainmath.memory.training.resolve`); an
