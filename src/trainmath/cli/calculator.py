@@ -302,13 +302,24 @@ def field_of(message: str, form: Form, problems: Sequence[Problem] = (),
     return min(found)[1] if found else None
 
 
+def _suggestions(e, outcome: Outcome):
+    """What the page shows under an estimate judged against a GPU: the command's own
+    ``--suggest`` answer, which the page asks for even unticked, so a run that does not fit
+    always says what to change and one that fits its room (the JSON and the command line stay
+    the command's as given)."""
+    if outcome.suggestions is not None or e.fits is None:
+        return outcome.suggestions
+    from ..planner.suggest import suggest
+    return suggest(e.run)
+
+
 def _plan_page(p: Plan, outcome: Outcome) -> str:
     return render_plan_page(p, outcome.args.top, outcome.args.explain)
 
 
 #: How the calculator draws each subcommand's result (the Estimate or the Plan it computed).
 RENDERERS: dict[str, Callable[[object, Outcome], str]] = {
-    "estimate": lambda e, outcome: render_estimate(e, outcome.suggestions),
+    "estimate": lambda e, outcome: render_estimate(e, _suggestions(e, outcome)),
     "plan": _plan_page,
     "check": lambda dg, outcome: render_check_page(dg),
 }
