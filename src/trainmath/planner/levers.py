@@ -6,7 +6,8 @@ A :class:`Change` names the flags of ``trainmath estimate`` it stands for and th
 :class:`~trainmath.runs.description.Run` it sets; :meth:`Change.apply` makes the changed run,
 which checks itself with the run's rules (:mod:`trainmath.runs.rules`), so a setting a rule
 refuses is never suggested. The levers: the kernels (flash attention, a fused SwiGLU), sequence
-parallelism, recomputation (selective and full, Korthikanti et al. 2022), the ZeRO stage
+parallelism, recomputation (selective and full, Korthikanti et al. 2022; op-level with
+torchtitan's policy between them), the ZeRO stage
 (Rajbhandari et al. 2020, §5.1–5.3; stage 3 is FSDP's full sharding), offload of the
 optimizer (ZeRO-Offload, Ren et al. 2021) or of every sharded state (ZeRO-Infinity,
 Rajbhandari et al. 2021; FSDP2's ``CPUOffloadPolicy``), more GPUs by dp, tp (within a node, with
@@ -17,7 +18,7 @@ states (Dettmers et al. 2022), the adapter in bf16 and a 4-bit base (QLoRA, Dett
 
 >>> from trainmath.runs.description import run
 >>> [c.flags for c in recompute_settings(run("llama-3-8b", seq_len=4096))]
-[(('--recompute', 'selective'),), (('--recompute', 'full'),)]
+[(('--recompute', 'selective'),), (('--recompute', 'op'),), (('--recompute', 'full'),)]
 """
 
 from __future__ import annotations
