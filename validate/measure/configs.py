@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import finetune, hfconfigs, saved, shapes, step
+from . import finetune, hfconfigs, saved, shapes, step, techniques
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -30,6 +30,11 @@ CONFIG_FAST = ("saved/deepseek-v3/hf-sdpa/bf16/s2048-b1", "saved/gpt-oss-20b/hf-
                "step/deepseek-v3/hf-eager/zero-bf16/s2048-b1")
 
 
+#: Kinds of a whole step with a memory technique of issue 24 (techniques.py): a chunked loss,
+#: activations offloaded to host memory.
+TECHNIQUES = ("chunked-loss-step", "act-offload-step")
+
+
 @dataclass(frozen=True)
 class Config:
     kind: str  # "saved" or "step"
@@ -45,12 +50,16 @@ class Config:
     fast: bool = field(default=False, compare=False)  # in the quick subset the tests always run
     rank_r: int = 0  # finetune: the LoRA rank r
     targets: tuple[str, ...] = ()  # finetune: the matrices LoRA targets (q, k, v, o, gate, up, down)
+    loss: str = "standard"  # TECHNIQUES: "standard" or "chunked" (techniques.py)
+    chunks: int = 0  # TECHNIQUES with loss "chunked": the chunk count
 
     @property
     def id(self) -> str:
         parts = [self.kind, self.model, self.implementation]
         if self.kind == "finetune":
             parts.append(f"lora-r{self.rank_r}-{'+'.join(self.targets)}")
+        elif self.kind in TECHNIQUES:
+            parts += [self.recipe, "standard" if self.loss == "standard" else f"chunked{self.chunks}"]
         else:
             parts.append(self.precision if self.kind == "saved" else self.recipe)
         if self.foreach:
@@ -61,6 +70,11 @@ class Config:
         return "/".join(parts)
 
     def measure(self) -> dict:
+        if self.kind in TECHNIQUES:
+            return techniques.measure_technique(self.model, self.implementation, self.recipe,
+                                                self.s, self.b, loss=self.loss,
+                                                chunks=self.chunks or techniques.DEFAULT_CHUNKS,
+                                                offload=self.kind == "act-offload-step")
         if self.kind == "finetune":
             return finetune.measure_lora(self.model, self.rank_r, self.targets, self.s, self.b,
                                          foreach=self.foreach)
@@ -94,6 +108,9 @@ class Config:
             out |= {"precision": self.precision,
                     "dtype": {"parameters": _dt(param_dtype), "compute": _dt(autocast or param_dtype)}}
         else:
+            if self.kind in TECHNIQUES:
+                out |= {"loss": {"kind": self.loss, "chunks": self.chunks or None},
+                        "offload_activations": self.kind == "act-offload-step"}
             param_dtype, autocast = step._recipe_dtypes(self.recipe)
             compute = "bf16" if self.recipe == "fsdp2-bf16" else _dt(autocast or param_dtype)
             out |= {"recipe": self.recipe,
@@ -165,6 +182,16 @@ def configurations() -> list[Config]:
                 for s in LENGTHS for attention in attentions]
         todo.append(Config("step", model, f"hf-{attentions[0]}", 2048, recipe="zero-bf16"))
         out += [replace(c, fast=c.id in CONFIG_FAST) for c in todo]
+    # 6. issue 24's techniques: a chunked loss (torchtune's LinearCrossEntropyLoss) and
+    # activations offloaded to host memory, in the done-when run (Llama-3-8B at s 8192)
+    for loss, chunks in (("standard", 0), ("chunked", 8), ("chunked", 16)):
+        out.append(Config("chunked-loss-step", "llama-3-8b", "reference-sdpa", 8192,
+                          recipe="zero-bf16", loss=loss, chunks=chunks))
+    out.append(Config("chunked-loss-step", "llama-2-7b", "reference-sdpa", 4096,
+                      recipe="zero-bf16", loss="chunked", chunks=8))
+    for loss, chunks in (("standard", 0), ("chunked", 8)):
+        out.append(Config("act-offload-step", "llama-3-8b", "reference-sdpa", 8192,
+                          recipe="zero-bf16", loss=loss, chunks=chunks))
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "configuration ids must be unique"
     return out
@@ -182,6 +209,7 @@ def methods() -> dict:
     return {
         "saved": saved.METHOD,
         "finetune": finetune.METHOD,
+        "techniques": techniques.METHOD,
         "states": step.METHOD_STATES,
         "peak": step.METHOD_PEAK,
         "implementations": {

@@ -181,6 +181,16 @@ class Reference(nn.Module):
 
     def forward(self, tokens, targets):
         b, s = tokens.shape
+        logits = F.linear(self.hidden_states(tokens), self.head_weight())
+        return F.cross_entropy(logits.float().view(b * s, -1), targets.view(b * s))
+
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight (the embedding's, when tied)."""
+        return self.embed.weight if self.head is None else self.head.weight
+
+    def hidden_states(self, tokens):
+        """The final norm's output: what the LM head multiplies (a chunked loss takes it)."""
+        b, s = tokens.shape
         x = self.embed(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(s))
@@ -196,9 +206,7 @@ class Reference(nn.Module):
             mask = torch.full((s, s), float("-inf"), dtype=x.dtype).triu(1)
         for layer in self.layers:
             x = layer(x, rope, mask)
-        y = self.norm(x)
-        logits = F.linear(y, self.embed.weight) if self.head is None else self.head(y)
-        return F.cross_entropy(logits.float().view(b * s, -1), targets.view(b * s))
+        return self.norm(x)
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
