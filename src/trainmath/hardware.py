@@ -299,3 +299,28 @@ INTERCONNECTS: dict[str, Interconnect] = {
 def interconnect(key: str) -> Interconnect:
     """The default node and links for GPU kind ``key`` (one of :data:`INTERCONNECTS`)."""
     return INTERCONNECTS[choice("GPU", key, INTERCONNECTS)]
+
+
+#: Bytes/s one GPU moves to or from host memory, each way, over its host link (half the
+#: bidirectional PCIe figure the datasheets print): what offloaded activations cross
+#: (:mod:`trainmath.memory.act_offload`). Datasheet rates; pinned copies reach less in practice.
+#:
+#: :meta hide-value:
+HOST_LINKS: dict[str, tuple[float, str]] = {
+    "a100-sxm": (32 * GB, "NVIDIA A100 Tensor Core GPU datasheet: PCIe Gen4 64GB/s"),
+    "a100-40gb": (32 * GB, "NVIDIA A100 Tensor Core GPU datasheet: PCIe Gen4 64GB/s"),
+    "h100-sxm": (64 * GB, "NVIDIA H100 Tensor Core GPU datasheet: PCIe Gen5 128GB/s (SXM)"),
+    "h800": (64 * GB, "NVIDIA H800 datasheet as public copies quote it: PCIe Gen5 128GB/s"),
+    "h200": (64 * GB, "NVIDIA H200 Tensor Core GPU datasheet: PCIe Gen5 128GB/s"),
+    "b200": (64 * GB, "not found in the documents this library reads: taken as the H100's PCIe "
+                      "Gen5 128GB/s, an assumption (a PCIe Gen6 host would double it)"),
+}
+
+
+def host_link(key: str) -> float:
+    """Bytes/s GPU kind ``key`` moves to host memory, each way (:data:`HOST_LINKS`).
+
+    >>> host_link("h100-sxm") / GB
+    64.0
+    """
+    return HOST_LINKS[gpu(key).key][0]

@@ -240,6 +240,9 @@ def run(
     capacity_factor: float | None = None,
     pad_to_capacity: bool = False,
     expert_load: str = "balanced",
+    loss: str = "standard",
+    loss_chunks: int | None = None,
+    activation_offload: str = "none",
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -252,7 +255,9 @@ def run(
     :class:`trainmath.memory.finetune.Adapter` (LoRA or QLoRA on the frozen model). A mixture
     of experts takes ``etp`` (the expert-tensor-parallel size, tp unless given) and its routing,
     ``capacity_factor``, ``pad_to_capacity`` and the ``expert_load`` counted
-    (:class:`trainmath.model.moe.Routing`).
+    (:class:`trainmath.model.moe.Routing`). ``loss`` (standard, chunked into ``loss_chunks``,
+    or Liger's fused kernel) and ``activation_offload`` (none, sync, overlap) are the memory
+    techniques of :mod:`trainmath.memory.loss` and :mod:`trainmath.memory.act_offload`.
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -271,7 +276,9 @@ def run(
                           recompute=recompute, implementation=implementation,
                           mlp_kernel=mlp_kernel, attention=attention,
                           optimizer_impl=optimizer_impl, offload=offload,
-                          routing=Routing(capacity_factor, pad_to_capacity, expert_load)),
+                          routing=Routing(capacity_factor, pad_to_capacity, expert_load),
+                          loss=loss, loss_chunks=loss_chunks,
+                          activation_offload=activation_offload),
         layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
                       stages=stages, etp=etp),
         batch=Batch(seq_len, micro_batch, global_batch),

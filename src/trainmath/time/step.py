@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from ..hardware import gpu as accelerator
+from ..hardware import gpu as accelerator, host_link
+from ..memory.act_offload import offload_seconds
 from ..memory.kernels import implementation as _implementation
 from ..memory.recipes import peak_precision, recipe as _recipe
 from ..model.moe import Routing, dispatch
@@ -154,6 +155,9 @@ class StepTime:
     ep: float = 0.0
     microbatches: int = 1
     stages: tuple[float, ...] = ()
+    #: offloaded activations' copies to and from host memory the step waits for
+    #: (:func:`trainmath.memory.act_offload.offload_seconds`)
+    offload: float = 0.0
 
     @property
     def compute(self) -> float:
@@ -168,19 +172,20 @@ class StepTime:
     @property
     def total(self) -> float:
         """Seconds per step: every part together."""
-        return self.compute + self.optimizer + self.bubble + self.communication
+        return self.compute + self.optimizer + self.bubble + self.communication + self.offload
 
     def parts(self) -> dict[str, float]:
         """Seconds by part, in the order outputs show them."""
         return {"GEMMs": self.gemm, "attention": self.attention, "memory-bound": self.memory,
                 "optimizer": self.optimizer, "bubble": self.bubble, "tp comm": self.tp,
-                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep}
+                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep,
+                "host copies": self.offload}
 
     def overheads(self) -> dict[str, float]:
         """Seconds beyond the model's own compute, by cause."""
         return {"recompute": self.recompute, "bubble": self.bubble, "tp comm": self.tp,
                 "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep,
-                "optimizer": self.optimizer}
+                "optimizer": self.optimizer, "host copies": self.offload}
 
     @property
     def limit(self) -> str:
@@ -228,7 +233,8 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
               implementation: str, fabric: Fabric, overlap: Overlap = Overlap(),
               kernel: str | None = None, sustained: float | None = None,
               precision: str | None = None, compiled: bool = False,
-              routing: Routing = Routing()) -> StepTime:
+              routing: Routing = Routing(), loss: str = "standard", loss_chunks: int = 1,
+              activation_offload: str = "none", offloaded: float = 0.0) -> StepTime:
     """Predicted seconds per optimizer step of one layout and setting (module docstring).
 
     ``implementation`` decides the attention (eager or flash, and which flash kernel unless
@@ -239,16 +245,22 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
     (:func:`trainmath.time.memory_bound.layer_bytes_per_token`). A mixture's ``routing``
     (:class:`trainmath.model.moe.Routing`) sets its experts' rows: balanced, padded to a
     capacity, or the load it counts, on the busiest device, which the all-to-alls wait for;
-    the all-to-all moves that device's rows.
+    the all-to-all moves that device's rows. ``loss`` and ``loss_chunks`` time the loss as it
+    runs (:func:`trainmath.time.layer.head_work`); ``offloaded`` bytes of one micro-batch's
+    activations cross the GPU's host link (:func:`trainmath.hardware.host_link`) each way, and
+    ``activation_offload`` says what the step waits for
+    (:func:`trainmath.memory.act_offload.offload_seconds`): every copy ("sync"), or what
+    outlasts the forward and backward compute it overlaps ("overlap").
     """
     return _step_time(model, lay, seq_len, global_batch, micro_batch, zero_stage, recompute,
                       recipe, implementation, fabric, overlap, kernel, sustained, precision,
-                      compiled, routing)
+                      compiled, routing, loss, loss_chunks, activation_offload, float(offloaded))
 
 
 @lru_cache(maxsize=8192)
 def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
-               gemm_precision, compiled, routing=Routing()):
+               gemm_precision, compiled, routing=Routing(), loss="standard", chunks=1,
+               act_offload="none", offloaded=0.0):
     r = _recipe(recipe_name)
     gpu = fabric.gpu
     precision = gemm_precision or peak_precision(r)
@@ -318,7 +330,9 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     g = r.reduce_bytes or r.gradients
     n_dp = groups["dp"][0]
     stage_t, stage_parts, dp_tails, opt = [], [], [], []
-    head = head_work(model, tokens=T, tp=lay.tp, device=device)
+    head = head_work(model, tokens=T, tp=lay.tp, device=device, loss=loss, chunks=chunks)
+    link = host_link(gpu) if act_offload != "none" else 0.0
+    host_x = []  # each stage's host copies per micro-batch
     emb = embedding_work(model, tokens=T, tp=lay.tp, device=device)
     pp_send = 0.0
     if lay.pp > 1:
@@ -340,11 +354,12 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         key = (tuple(held.items()), sp.layer_sharded, sp.layer_replicated, sp.embedding,
                sp.lm_head, sp.final_norm, sp.expert, first, last)
         if key in seen:
-            t_i, parts_i, tail_i, opt_i = seen[key]
+            t_i, parts_i, tail_i, opt_i, host_i = seen[key]
             stage_t.append(t_i)
             stage_parts.append(parts_i)
             dp_tails.append(tail_i)
             opt.append(opt_i)
+            host_x.append(host_i)
             continue
         n_layers = sum(held.values())
         work, recomputed_i, moe_layers = None, 0.0, 0
@@ -376,14 +391,20 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
         cp_i = n_layers * cp_layer
         ep_i = moe_layers * ep_layer
         comm = tp_i + cp_i + ep_i + pp_send + fsdp
-        stage_t.append(work.total + comm)
+        host_i = 0.0
+        if link:
+            host_i = offload_seconds(act_offload, moved=offloaded, link=link,
+                                     forward=n_layers * layer_compute_f,
+                                     backward=n_layers * layer_compute_b)
+        host_x.append(host_i)
+        stage_t.append(work.total + comm + host_i)
         stage_parts.append((work, recomputed_i, tp_i, cp_i, pp_send, fsdp, ep_i))
         dp_tails.append(tail)
         sharded = z >= 1 and n_dp > 1
         local = (sp.total - sp.expert) / (n_dp if sharded else 1) + sp.expert / (
             lay.expert_zero_group if sharded else 1)
         opt.append(local * per_param / hbm)
-        seen[key] = (stage_t[-1], stage_parts[-1], dp_tails[-1], opt[-1])
+        seen[key] = (stage_t[-1], stage_parts[-1], dp_tails[-1], opt[-1], host_x[-1])
     crit = max(range(lay.pp), key=lambda j: stage_t[j])
     t_max = stage_t[crit]
     pipeline = m * t_max + (sum(stage_t) - t_max) / lay.v
@@ -392,7 +413,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     return StepTime(gemm=m * work.gemm, attention=m * work.attention, memory=m * work.memory,
                     recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
                     tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
-                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t),
+                    offload=m * host_x[crit])
 
 
 @lru_cache(maxsize=1024)
