@@ -339,7 +339,7 @@ def test_offload_optimizer_moves_the_states_to_the_cpu(capsys):
                       "optimizer", "--gpus-per-node", "8")
     assert d["per_device"] == {"weights": 2 * psi, "gradients": 0, "master_weights": 0,
                                "optimizer_states": 0, "activations": None, "total": 2 * psi}
-    assert d["host"] == {"per_device": 2 * psi, "per_node": 16 * psi}
+    assert d["host"] == {"per_device": 2 * psi, "per_node": 16 * psi, "activations": 0}
     assert d["peak"]["bytes"] == 2 * psi  # the step runs on the CPU
     assert d["needed"] == d["on_device"]["process"] > 2 * psi  # as nvidia-smi would show it
     assert (d["inputs"]["offload"], d["inputs"]["gpus_per_node"]) == ("optimizer", 8)

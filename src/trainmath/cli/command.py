@@ -109,7 +109,9 @@ def to_run(args: argparse.Namespace) -> Run:
                           zero_stage=args.zero, recompute=args.recompute,
                           implementation=args.implementation, mlp_kernel=args.mlp_kernel,
                           attention=args.attention, optimizer_impl=args.optimizer_impl,
-                          offload=args.offload, routing=_routing(args)),
+                          offload=args.offload, routing=_routing(args), loss=args.loss,
+                          loss_chunks=args.loss_chunks,
+                          activation_offload=args.activation_offload),
         layout=lay,
         batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
         gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
@@ -230,7 +232,8 @@ def _plan(args: argparse.Namespace) -> Plan:
         zero_stages=None if args.zero is None else (args.zero,),
         recomputes=None if args.recompute is None else (args.recompute,),
         capacity_factor=args.capacity_factor, pad_to_capacity=args.pad_to_capacity,
-        expert_load=args.expert_load)
+        expert_load=args.expert_load, loss=args.loss, loss_chunks=args.loss_chunks,
+        activation_offload=args.activation_offload)
 
 
 if __name__ == "__main__":  # pragma: no cover

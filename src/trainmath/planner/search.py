@@ -39,7 +39,10 @@ from functools import lru_cache
 from ..hardware import gpu as accelerator, interconnect
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
 from ..memory.device import on_device
-from ..memory.kernels import RECOMPUTE_KINDS, context_parallel_problems, kernel_problems
+from ..memory.act_offload import offloaded_activations
+from ..memory.kernels import (RECOMPUTE_KINDS, activation_offload_problems,
+                              context_parallel_problems, kernel_problems, loss_problems)
+from ..memory.step import activations
 from ..memory.training import Training
 from ..model.moe import Routing, routing_problems
 from ..model.presets import preset
@@ -140,12 +143,23 @@ class Search:
         return accelerator(self.gpu).peak(peak_precision(_recipe(self.training.recipe))).flops
 
     def time(self, lay: Layout, *, zero_stage: int, recompute: str, micro_batch: int):
-        """:func:`trainmath.time.step.step_time` of one layout and setting."""
+        """:func:`trainmath.time.step.step_time` of one layout and setting (with the training's
+        loss, and the host copies of its offloaded activations)."""
+        t = self.training
+        moved = 0.0
+        if t.activation_offload != "none":
+            setting = replace(t, zero_stage=zero_stage, recompute=recompute)
+            _, acts = activations(shape=self.model, layout=lay, training=setting,
+                                  batch=Batch(self.seq_len, micro_batch, self.global_batch),
+                                  microbatches=None, stages=[0])
+            moved = float(offloaded_activations(acts[0])[1].n)
         return step_time(self.model, lay, seq_len=self.seq_len, global_batch=self.global_batch,
                          micro_batch=micro_batch, zero_stage=zero_stage, recompute=recompute,
-                         recipe=self.training.recipe, implementation=self.training.implementation,
+                         recipe=t.recipe, implementation=t.implementation,
                          fabric=self.fabric, overlap=self.overlap, kernel=self.kernel,
-                         sustained=self.sustained, routing=self.training.routing)
+                         sustained=self.sustained, routing=t.routing, loss=t.loss,
+                         loss_chunks=t.chunks, activation_offload=t.activation_offload,
+                         offloaded=moved)
 
 
 def _span_problems(s: Search, lay: Layout) -> list[Problem]:
@@ -169,7 +183,9 @@ def _grid_problems(s: Search, lay: Layout) -> list[Problem]:
             *context_parallel_problems(lay.cp, t.attention), *_span_problems(s, lay),
             *fsdp2_problems(t.recipe, lay),
             *kernel_problems(model, t.implementation, tp=lay.tp, cp=lay.cp,
-                             sequence_parallel=lay.sequence_parallel)]
+                             sequence_parallel=lay.sequence_parallel),
+            *loss_problems(t.loss, t.loss_chunks, tp=lay.tp, seq_len=s.seq_len),
+            *activation_offload_problems(t.activation_offload, pp=lay.pp)]
 
 
 def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], list[tuple[tuple, str]]]:
@@ -256,6 +272,9 @@ def plan(
     capacity_factor: float | None = None,
     pad_to_capacity: bool = False,
     expert_load: str = "balanced",
+    loss: str = "standard",
+    loss_chunks: int | None = None,
+    activation_offload: str = "none",
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
@@ -268,7 +287,8 @@ def plan(
     within a node unless ``tp_across_nodes`` / ``cp_across_nodes``. ``zero_stages`` and
     ``recomputes`` restrict the settings searched. A mixture's ``capacity_factor``,
     ``pad_to_capacity`` and ``expert_load`` (:class:`trainmath.model.moe.Routing`) set what its
-    experts' rows are timed and judged for: fitting is judged at the expert load given
+    experts' rows are timed and judged for (``loss``, ``loss_chunks`` and
+    ``activation_offload`` are the training's, :class:`~trainmath.memory.training.Training`): fitting is judged at the expert load given
     (balanced unless it says otherwise), and the plan says which. ``layout`` ("dp=16,tp=8,pp=4", optionally
     with v, zero, recompute, b and stages=7/8*14/7) is scored and placed in the ranking as
     :attr:`~trainmath.planner.candidates.Plan.user`. A ValueError says what would work when
@@ -287,7 +307,8 @@ def plan(
                  zero_stages=None if zero_stages is None else tuple(zero_stages),
                  recomputes=None if recomputes is None else tuple(recomputes),
                  capacity_factor=capacity_factor, pad_to_capacity=pad_to_capacity,
-                 expert_load=expert_load)
+                 expert_load=expert_load, loss=loss, loss_chunks=loss_chunks,
+                 activation_offload=activation_offload)
     key = tuple(asked.items())
     try:
         hash(key)
@@ -304,8 +325,9 @@ def _memo(key: tuple) -> Plan:
 def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, implementation,
             optimizer, gpu_memory, nvlink, network, overlap, kernel, sustained, tp_across_nodes,
             cp_across_nodes, max_interleave, zero_stages=None, recomputes=None,
-            capacity_factor=None, pad_to_capacity=False,
-            expert_load="balanced") -> tuple[Search, tuple[str, ...]]:
+            capacity_factor=None, pad_to_capacity=False, expert_load="balanced",
+            loss="standard", loss_chunks=None,
+            activation_offload="none") -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -328,7 +350,8 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     routing = Routing(capacity_factor, pad_to_capacity, expert_load)
     check(routing_problems(model, routing))
     probe = Run(model, Training(recipe=recipe, implementation=implementation, optimizer=optimizer,
-                                routing=routing), gpu=device)
+                                routing=routing, loss=loss, loss_chunks=loss_chunks,
+                                activation_offload=activation_offload), gpu=device)
     t0 = probe.training
     r = _recipe(t0.recipe)
     check(peak_precision_problems(r) or accelerator(key).peak_problems(peak_precision(r)))

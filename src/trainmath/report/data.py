@@ -54,7 +54,8 @@ def estimate_dict(e: Estimate) -> dict:
         "fits": e.fits,
         "overhead": _whole(e.overhead),
         "needed": _whole(e.needed - e.overhead) + _whole(e.overhead),
-        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node)},
+        "host": {"per_device": _whole(e.host), "per_node": _whole(e.host_per_node),
+                 "activations": _whole(e.offloaded_activations)},
         "on_device": None if e.on_device is None else _device_dict(e.on_device),
         "step": None if e.step is None else _step_dict(e.step),
         "time": None if time is None else {
@@ -81,6 +82,8 @@ def estimate_dict(e: Estimate) -> dict:
             "interleave": lay.v, "recompute": t.recompute,
             "implementation": t.implementation, "attention": t.attention,
             "mlp_kernel": t.mlp_kernel,
+            "loss": t.loss, "loss_chunks": t.chunks if t.loss == "chunked" else None,
+            "activation_offload": t.activation_offload,
             "assumed": list(r.assumed),
             "gpu": None if r.gpu is None else r.gpu.kind,
             "gpu_memory": None if r.gpu is None else _whole(r.gpu.memory),

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ..hardware import gpu as accelerator
+from ..memory.sharding import OFFLOAD_ALIASES
 from ..model.moe import MEASURED_BAND, MEASURED_MAX_LOAD, PUBLISHED_MAX_LOADS, Routing
 from ..model.presets import preset_like
 from ..runs.estimates import Estimate
@@ -140,3 +141,34 @@ def assumed(est: Estimate) -> str | None:
     if r.adapter is not None:
         how = "as peft and transformers fine-tune"
     return f"assumed ({how}): " + ", ".join(given[a] for a in r.assumed)
+
+
+def techniques(est: Estimate) -> str:
+    """The memory techniques a run uses, in words, for the activations line: ``", loss chunked
+    (8 chunks), activations offloaded to CPU memory (sync)"``; "" for neither."""
+    t = est.training
+    out = ""
+    if t.loss == "chunked":
+        out += f", loss chunked ({t.chunks} chunks)"
+    elif t.loss == "fused":
+        out += ", loss fused (Liger's kernel)"
+    if t.activation_offload != "none":
+        out += f", activations offloaded to CPU memory ({t.activation_offload})"
+    return out
+
+
+def host_what(est: Estimate) -> str:
+    """What the CPU memory holds, in words: ``"--offload optimizer: master weights, optimizer
+    states, gradient partition; --activation-offload sync: every saved tensor but the output
+    head's"``; "" when nothing is offloaded."""
+    t = est.training
+    parts = []
+    if t.offload != "none":
+        flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
+        moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
+                 else "every sharded state")
+        parts.append(f"--offload {flag}: {moved}")
+    if t.activation_offload != "none":
+        parts.append(f"--activation-offload {t.activation_offload}: every saved tensor but the "
+                     f"output head's, {whole(est.offloaded_activations).format('GB', 2)}")
+    return "; ".join(parts)

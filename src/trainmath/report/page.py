@@ -15,7 +15,7 @@ from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from .data import estimate_dict
-from .facts import assumed, fit, whole
+from .facts import assumed, fit, techniques, whole
 from .terms import explain
 from .text import render, render_check, render_plan
 
@@ -132,7 +132,8 @@ def render_estimate(est: Estimate) -> str:
         kernel = "" if t.mlp_kernel == "eager" else f", {t.mlp_kernel} MLP"
         head += (f"<p>Activations: s = {inputs['seq_len']}, b = {inputs['micro_batch']}, "
                  f"recompute {escape(t.recompute)}, {escape(t.implementation)} kernels "
-                 f"({escape(t.attention)} attention{escape(kernel)}).</p>")
+                 f"({escape(t.attention)} attention{escape(kernel)}){escape(techniques(est))}."
+                 "</p>")
     if data["microbatches"] is not None:
         head += (f"<p>Pipeline: m = {data['microbatches']} micro-batches per step, bubble "
                  f"{data['pipeline_bubble']:.2%} of the ideal step (Narayanan et al. 2021).</p>")

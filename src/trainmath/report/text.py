@@ -10,13 +10,13 @@ import math
 from ..hardware import gpu
 from ..memory.finetune import describe, share
 from ..memory.recipes import recipe
-from ..memory.sharding import OFFLOAD_ALIASES
 from ..model.moe import active_params
 from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
-from .facts import assumed, band_words, fit, load_words, routing_name, routing_words
+from .facts import (assumed, band_words, fit, host_what, load_words, routing_name,
+                    routing_words, techniques)
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -47,7 +47,7 @@ def render(est: Estimate) -> str:
         cast = ", autocast" if recipe(t.recipe).autocast else ""
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
                      f"{t.recompute}, {t.implementation} kernels ({t.attention} attention"
-                     f"{kernel}{cast})")
+                     f"{kernel}{cast}){techniques(est)}")
     if est.microbatches is not None:
         lines.append(f"pipeline: m = {est.microbatches} micro-batches per step, bubble "
                      f"{float(est.bubble):.2%} of the ideal step (Narayanan et al. 2021)")
@@ -179,13 +179,10 @@ def whole_gb(b: Bytes) -> str:
 
 def _host_lines(est: Estimate) -> list[str]:
     """The CPU memory that offload needs, per device and per node."""
-    t = est.training
-    if t.offload == "none":
+    what = host_what(est)
+    if not what:
         return []
-    flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
-    moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
-             else "every sharded state")
-    lines = [f"CPU memory (--offload {flag}: {moved}):",
+    lines = [f"CPU memory ({what}):",
              f"  per device       {Bytes(math.ceil(est.host.n)).format('GB', 2):>12}  "
              f"{Bytes(math.ceil(est.host.n)).format('GiB', 2):>12}"]
     if est.host_per_node is not None:
