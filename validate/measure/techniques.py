@@ -18,10 +18,10 @@ of torchtune's and TRL's ``OffloadActivations`` (``torchtune/training/_activatio
 a parameter stay on the device, and the output head is not offloaded (torchtune's
 ``NoOpManager`` around ``model.output``): the hooks cover the embedding, the decoder layers and
 the final norm. Each storage is copied once (TRL deduplicates by storage; later saves of it
-share the host copy). The device is the CPU here, so the host copies are made on the ``meta``
-device, which stands for host memory: the tracker counts them apart
-(:class:`HostTracker`), and the device's own bytes are what PyTorch's autograd frees once the
-copy holds the value. The copies are synchronous (no side stream: the stream overlap is a
+share the host copy). The device is the CPU here, so the host copies are CPU tensors as
+well, which :class:`HostTracker` counts apart as host memory (they are registered with it as
+they are made); the device's own bytes are what PyTorch's autograd frees once the copy holds
+the value. The copies are synchronous (no side stream: the stream overlap is a
 question of time, not of what is alive once each copy is done).
 
 Both are measured at full size under ``FakeTensorMode`` through :func:`.step.measure_step`,
@@ -53,7 +53,7 @@ METHOD = (
     "without its ignored-token masking; activation offloading by saved-tensor hooks that copy "
     "every saved tensor of at least 1024 bytes that is not a parameter, of the embedding, the "
     "decoder layers and the final norm (not the output head: torchtune's NoOpManager), once "
-    "per storage, to host memory (the meta device standing for it, counted apart), and bring "
+    "per storage, to host memory (CPU tensors counted apart from the device's), and bring "
     "it back in the backward. 'saved' counts the distinct storages saved for backward that "
     "stay on the device (parameters left out), 'host' the host copies after the forward pass "
     "and at their most."
@@ -63,8 +63,8 @@ METHOD = (
 class HostTracker(AllocationTracker):
     """:class:`.tracking.AllocationTracker` that counts the host copies of :class:`SavedOnDevice`
     (:meth:`to_host`) apart from the device's storages: not in :attr:`current` nor the peak,
-    but in :attr:`host` and :attr:`host_peak`. (Under ``FakeTensorMode`` every storage is a
-    meta storage, so the copies are told apart by being registered here.)"""
+    but in :attr:`host` and :attr:`host_peak`. (Every storage is a CPU one here,
+    so the copies are told apart by being registered here.)"""
 
     def __init__(self, vocab: int | None = None) -> None:
         super().__init__(vocab=vocab)
@@ -130,7 +130,7 @@ class SavedOnDevice:
         host = cached[1]() if cached is not None and cached[0]() is st else None
         if host is None:  # the first save of this storage: one copy of all of it
             n = st.nbytes() // x.element_size()
-            host = torch.empty(n, dtype=x.dtype, device="meta")
+            host = torch.empty(n, dtype=x.dtype)
             self.tracker.to_host(host)
             host.copy_(torch.as_strided(x, (n,), (1,), 0))
             self._copies[key] = (weakref.ref(st), weakref.ref(host))
@@ -141,7 +141,9 @@ class SavedOnDevice:
         if isinstance(packed, torch.Tensor):
             return packed
         host, shape, stride, offset = packed
-        return host.to("cpu").as_strided(shape, stride, offset)
+        back = torch.empty_like(host)  # a new device tensor: the copy back from host memory
+        back.copy_(host)
+        return back.as_strided(shape, stride, offset)
 
     def hooks(self):
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..hardware import gpu as accelerator
 from ..memory.sharding import OFFLOAD_ALIASES
+from ..memory.training import Training
 from ..model.moe import MEASURED_BAND, MEASURED_MAX_LOAD, PUBLISHED_MAX_LOADS, Routing
 from ..model.presets import preset_like
 from ..runs.estimates import Estimate
@@ -146,7 +147,11 @@ def assumed(est: Estimate) -> str | None:
 def techniques(est: Estimate) -> str:
     """The memory techniques a run uses, in words, for the activations line: ``", loss chunked
     (8 chunks), activations offloaded to CPU memory (sync)"``; "" for neither."""
-    t = est.training
+    return techniques_of(est.training)
+
+
+def techniques_of(t: Training) -> str:
+    """:func:`techniques` of a training setup (a plan's)."""
     out = ""
     if t.loss == "chunked":
         out += f", loss chunked ({t.chunks} chunks)"

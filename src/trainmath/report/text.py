@@ -16,7 +16,7 @@ from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
 from .facts import (assumed, band_words, fit, host_what, load_words, routing_name,
-                    routing_words, techniques)
+                    routing_words, techniques, techniques_of)
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
     f = p.fabric
     lines = [f"{p.model.name} on {p.gpus} {gpu(p.gpu).name} ({p.node_gpus} per node), "
              f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
-             f"{t.implementation} kernels",
+             f"{t.implementation} kernels{techniques_of(t)}",
              *(f"note: {w}" for w in p.warnings),
              f"assumed: tensor cores at {p.share:.0%} of their benchmarks' rates; {p.kernel_used} "
              f"attention; {p.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "
