@@ -164,3 +164,24 @@ def test_plan_takes_the_same_flags():
     assert d["ranking"] and all(c["tp"] == 1 for c in d["ranking"])
     refused = [c for c in d["candidates"] if c["tp"] > 1]
     assert refused and all("tp = 1" in c["reason"] for c in refused)
+
+
+def test_fp8_linears_save_their_inputs_in_one_byte():
+    """Transformer Engine (module/layernorm_linear.py, linear.py): ln_out and the linear's input
+    are saved quantized, one byte a value; FlashAttention keeps its 16-bit output O, so the
+    output projection's fp8 copy is extra. Llama-3-8B at s 8192, one layer: h-wide QKV and MLP
+    inputs and the ffn-wide down-projection input halve, O gains half of itself."""
+    from trainmath.memory.activations import layer_activations
+    from trainmath.memory.fp8_activations import fp8_saved
+    from trainmath.model.presets import preset
+
+    s, h, f = 8192, 4096, 14336
+    bf16 = layer_activations(preset("llama-3-8b"), s, 1, implementation="megatron-te")
+    fp8 = fp8_saved(bf16, attention="flash")
+    assert bf16.total.n - fp8.total.n == (s * h + s * h + s * f) - s * h
+    eager = layer_activations(preset("llama-3-8b"), s, 1, implementation="megatron-eager")
+    assert eager.total.n - fp8_saved(eager, attention="eager").total.n == 3 * s * h + s * f
+    run_fp8 = estimate(run("llama-3-8b", recipe="fp8-te", seq_len=s))
+    assert run_fp8.layer.total == fp8.total
+    with pytest.raises(ValueError, match="attention"):
+        fp8_saved(bf16, attention="sdpa")

@@ -23,6 +23,7 @@ from .finetune import (Adapter, AdapterStates, BASE_BYTES, _frozen_output, _lora
                        adapter_value_bytes, frozen_embedding, matrices)
 from .fsdp2 import STEP_BYTES, fsdp2_rank
 from .kernels import FP32_BYTES, implementation
+from .fp8_activations import fp8_saved
 from .loss import _loss_memory
 from .peak import GatheredUnits, StepInputs, _temporaries
 from .recipes import FP8_WEIGHT_CACHE_BYTES, Recipe, optimizer, recipe
@@ -102,6 +103,9 @@ def activations(*, shape: ModelShape, layout: Layout, training: Training, batch:
     sp, k = split_of(layout, batch), kernels_of(training)
     kinds = distinct_kinds(shape)
     each = {kind: _layer(layer_shape(shape, kind), sp, k) for kind in kinds}
+    if recipe(training.recipe).fp8_gemms and k.family == "megatron":  # Transformer Engine's fp8
+        each = {kind: fp8_saved(a, attention=training.attention, value_bytes=k.value_bytes)
+                for kind, a in each.items()}
     layer = max(each.values(), key=lambda a: a.total.n)  # the peak holds one more of the largest
     embedding = _input(shape, sp, k)
     output = _output(shape, sp, k, training.loss, training.chunks,
