@@ -28,6 +28,8 @@ integers, bytes (not GB):
       id              stable id, "<kind>/<model>/<implementation>/<precision or recipe>
                       [/foreach][/dp<N>-rank<R>]/s<s>-b<b>"
       kind            "saved" (bytes saved for backward by one forward pass),
+                      "chunked-loss-step" or "act-offload-step" (a step with a chunked loss or
+                      activations offloaded: techniques.py, their ids prefixed so),
                       "step" (a whole training step: states after it, its peak) or
                       "finetune" (LoRA with peft: both, ``finetune.py``)
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
@@ -52,6 +54,8 @@ integers, bytes (not GB):
       s, b            sequence length and micro-batch size
       dtype           {parameters, compute}: "bf16", "fp16" or "fp32"
       precision       (saved) "bf16" | "autocast-bf16"
+      loss            (techniques) {kind: "standard" | "chunked", chunks: N or null}
+      offload_activations  (techniques) true for "act-offload-step"
       recipe          (step) zero-bf16 | zero-fp16 | megatron-bf16 | bf16-master-naive |
                       bf16-master-free-grads | autocast-fp32 | fsdp2-bf16
       optimizer       (step) {name: "torch.optim.AdamW", foreach: bool}
@@ -100,6 +104,11 @@ integers, bytes (not GB):
         phase_peaks       {phase: highest bytes alive during it}, second step
         alive_after_step  {category: bytes} alive after the second step
         runs              (with config) as for kind "saved"
+                      kinds "chunked-loss-step" and "act-offload-step" (techniques.py): as
+                      kind "step", plus
+        saved             bytes saved for backward that stay on the device after the forward
+                          pass (distinct storages, parameters left out)
+        host              {after_forward, peak}: host bytes of the offloaded activations
                       kind "finetune": trainable_count and parameters_count (peft's
                       get_nb_trainable_parameters), saved (as kind "saved"), and states,
                       peak, phase_peaks, first_step_peak, alive_after_step as kind "step";

@@ -183,7 +183,7 @@ def configurations() -> list[Config]:
         todo.append(Config("step", model, f"hf-{attentions[0]}", 2048, recipe="zero-bf16"))
         out += [replace(c, fast=c.id in CONFIG_FAST) for c in todo]
     # 6. issue 24's techniques: a chunked loss (torchtune's LinearCrossEntropyLoss) and
-    # activations offloaded to host memory, in the done-when run (Llama-3-8B at s 8192)
+    # activations offloaded to host memory, in the run issue 24 names (Llama-3-8B at s 8192)
     for loss, chunks in (("standard", 0), ("chunked", 8), ("chunked", 16)):
         out.append(Config("chunked-loss-step", "llama-3-8b", "reference-sdpa", 8192,
                           recipe="zero-bf16", loss=loss, chunks=chunks))

@@ -76,8 +76,12 @@ def render(est: Estimate) -> str:
         if lay.pp == 1:
             every = (sum((a.korthikanti * n for a, n in est.saved[0].mix), Bytes(0)) if mixed
                      else layer * shape.layers)
-            lines.append(f"  all {shape.layers} layers keep {Bytes(math.ceil(every.n)).format('GB', 2)}; "
-                         "the embedding, the loss and norm statistics make up the rest")
+            rest = ("in CPU memory (offloaded): the GPU keeps the output head's and the loss's"
+                    if est.training.activation_offload != "none" else
+                    "the embedding, the loss and norm statistics make up the rest")
+            sep = " " if est.training.activation_offload != "none" else "; "
+            lines.append(f"  all {shape.layers} layers keep {Bytes(math.ceil(every.n)).format('GB', 2)}"
+                         + sep + rest)
     top = est.peak.peak
     stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""
     lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
