@@ -341,6 +341,7 @@ def test_offload_optimizer_moves_the_states_to_the_cpu(capsys):
                                "optimizer_states": 0, "activations": None, "total": 2 * psi}
     assert (d["host"]["per_device"], d["host"]["per_node"]) == (2 * psi, 16 * psi)
     assert d["host"]["offload_to"] == "cpu" and d["host"]["decided_by"] is None  # no GPU, no host
+    assert d["host"]["activations"] == 0
     assert d["peak"]["bytes"] == 2 * psi  # the step runs on the CPU
     assert d["needed"] == d["on_device"]["process"] > 2 * psi  # as nvidia-smi would show it
     assert (d["inputs"]["offload"], d["inputs"]["gpus_per_node"]) == ("optimizer", 8)

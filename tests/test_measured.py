@@ -16,11 +16,12 @@ by layer group: dense and mixture layers, local and global ones.
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, Comparison, comparable, compare, compare_all, compare_schedule)
+from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, TECHNIQUES, Comparison, comparable, compare, compare_all, compare_schedule)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "_data" / "measurements.json"
@@ -51,7 +52,8 @@ def test_the_schedules_measured_cover_every_schedule():
 def test_the_file_is_the_measurements_schema():
     assert DOC["schema"] == "trainmath-measurements/1"
     issue24 = [c for c in ALL if c["id"].startswith(("op-sac-", "compile-"))]
-    assert len(ALL) - len(issue24) == 118 + 6 + 38  # six LoRA configurations, 38 of today's families
+    # six LoRA configurations, 38 of today's families, six steps with issue 24's techniques
+    assert len(ALL) - len(issue24) == 118 + 6 + 38 + 6
     assert len(NOT_COMPARED) == 2  # DeepSeek-V3 under SDPA on the CPU, at both lengths
     assert {c["implementation"] for c in CONFIGS} == set(MEASURED_IMPLEMENTATIONS)
     assert {c["recipe"] for c in CONFIGS if c["kind"] == "step"} == set(MEASURED_RECIPES)
@@ -120,7 +122,7 @@ def test_every_configuration_agrees(config):
 @pytest.mark.parametrize("config", [c for c in CONFIGS if not c["kind"].endswith("saved")],
                          ids=[c["id"] for c in CONFIGS if not c["kind"].endswith("saved")])
 def test_the_peak_falls_in_the_measured_phase(config):
-    (peak,) = [c for c in compare(config) if c.kind == "peak"]
+    (peak,) = [c for c in compare(config) if c.quantity == "peak"]
     measured, predicted = peak.phases
     assert measured == predicted, f"{config['id']}: peak measured in {measured}, predicted in {predicted}"
 
@@ -132,11 +134,14 @@ def test_every_quantity_is_compared():
     saved = sum(c["kind"] in ("saved", "compile-saved") for c in CONFIGS)
     op_saved = sum(c["kind"] == "op-sac-saved" for c in CONFIGS)  # no weight copies to compare
     lora = sum(c["kind"] == "finetune" for c in CONFIGS)
+    techniques = sum(c["kind"] in TECHNIQUES for c in CONFIGS)
     steps = len(CONFIGS) - saved - op_saved - lora
     # a record of layers of several kinds compares each group of alike layers
     groups = sum(len(c["measured"].get("layer_groups", [None])) - 1 for c in CONFIGS
                  if c["kind"] == "saved")
-    assert len(comparisons) == 3 * saved + 2 * op_saved + groups + 7 * steps + 12 * lora
+    # a technique's step adds what stays saved on the device, the host bytes and two phase peaks
+    assert len(comparisons) == (3 * saved + 2 * op_saved + groups + 7 * steps + 12 * lora
+                                + 4 * techniques)
     states = [c for c in comparisons if c.kind == "states"]
     assert all(c.measured == c.predicted for c in states)
 
@@ -173,3 +178,50 @@ def test_lora_trainable_counts_are_peft_s():
     for c in lora:
         (count,) = [x for x in compare(c) if x.quantity == "trainable parameters (count)"]
         assert count.measured == count.predicted
+
+
+TECHNIQUE_RECORDS = [c for c in CONFIGS if c["kind"] in TECHNIQUES]
+
+
+def test_issue_24s_techniques_are_measured():
+    """A chunked loss at 8 and 16 chunks beside the standard loss, and activations offloaded,
+    in the run issue 24 names (Llama-3-8B at s 8192)."""
+    ids = {c["id"] for c in TECHNIQUE_RECORDS}
+    for tail in ("standard", "chunked8", "chunked16"):
+        assert f"chunked-loss-step/llama-3-8b/reference-sdpa/zero-bf16/{tail}/s8192-b1" in ids
+    assert "act-offload-step/llama-3-8b/reference-sdpa/zero-bf16/standard/s8192-b1" in ids
+    assert all(c["id"].startswith(("chunked-loss-", "act-offload-")) for c in TECHNIQUE_RECORDS)
+
+
+def _record(tail: str) -> dict:
+    return next(c for c in TECHNIQUE_RECORDS if c["id"] == f"chunked-loss-step/llama-3-8b/"
+                f"reference-sdpa/zero-bf16/{tail}/s8192-b1")
+
+
+def test_a_chunked_loss_drops_the_peak_by_the_measured_amount():
+    """Issue 24's done-when: for Llama-3-8B at s 8192, the estimate with a chunked loss drops
+    the step's peak by what PyTorch measured, within the peak's 2%; and the backward's own
+    peak, where the loss's spike falls, as well (that one holds with any optimizer step)."""
+    from trainmath.checks.measured import estimate_of
+    standard, chunked = _record("standard"), _record("chunked8")
+    measured = standard["measured"]["peak"]["bytes"] - chunked["measured"]["peak"]["bytes"]
+    predicted = estimate_of(standard).peak.bytes.n - estimate_of(chunked).peak.bytes.n
+    assert measured > 4e9  # the spike: the fp32 logits and their gradients over 128,256 tokens
+    assert abs(predicted - measured) <= Fraction(2, 100) * measured
+    for phase in ("backward",):
+        drop = (standard["measured"]["phase_peaks"][phase]
+                - chunked["measured"]["phase_peaks"][phase])
+        top = [max(x.total.n for x in estimate_of(c).peak.moments if x.phase == phase)
+               for c in (standard, chunked)]
+        assert abs((top[0] - top[1]) - drop) <= Fraction(2, 100) * drop
+
+
+def test_offloaded_activations_leave_the_output_head_on_the_device():
+    """What stays saved on the device with activations offloaded is what the loss and the LM
+    head save (the log-softmax over the vocabulary, the head's input, the targets), measured."""
+    rec = next(c for c in TECHNIQUE_RECORDS if c["id"].startswith("act-offload-step/llama-3-8b/"
+                                                                  "reference-sdpa/zero-bf16/standard"))
+    m = rec["measured"]
+    s, V, h = 8192, 128256, 4096
+    assert m["saved"] == 4 * s * V + 2 * s * h + 8 * s + 4
+    assert m["saved"] + m["host"]["after_forward"] == _record("standard")["measured"]["saved"]

@@ -303,24 +303,36 @@ def interconnect(key: str) -> Interconnect:
 
 #: PCIe between one GPU and its host, bytes/s each way: half the bidirectional x16 figure the
 #: vendor's datasheet prints ("PCIe Gen4: 64GB/s" for A100, "PCIe Gen5: 128GB/s" for H100,
-#: H800 and H200). What a copy reaches is lower: 55.4 GB/s host to device on an H200
-#: (nvbandwidth, stas00/ml-engineering network/README.md). Kinds absent here are not known.
+#: H800 and H200): what offloaded activations (:mod:`trainmath.memory.act_offload`) and
+#: offloaded model states (:mod:`trainmath.time.offload`) cross. What a copy reaches is lower:
+#: 55.4 GB/s host to device on an H200 (nvbandwidth, stas00/ml-engineering network/README.md).
 #:
 #: :meta hide-value:
-PCIE: dict[str, tuple[float, str]] = {
-    "a100-sxm": (32 * GB, "NVIDIA A100 datasheet: PCIe Gen4 64GB/s (both directions)"),
-    "a100-40gb": (32 * GB, "NVIDIA A100 datasheet: PCIe Gen4 64GB/s (both directions)"),
-    "h100-sxm": (64 * GB, "NVIDIA H100 datasheet: PCIe Gen5 128GB/s (both directions)"),
+HOST_LINKS: dict[str, tuple[float, str]] = {
+    "a100-sxm": (32 * GB, "NVIDIA A100 Tensor Core GPU datasheet: PCIe Gen4 64GB/s"),
+    "a100-40gb": (32 * GB, "NVIDIA A100 Tensor Core GPU datasheet: PCIe Gen4 64GB/s"),
+    "h100-sxm": (64 * GB, "NVIDIA H100 Tensor Core GPU datasheet: PCIe Gen5 128GB/s (SXM)"),
     "h800": (64 * GB, "NVIDIA H800 datasheet as public copies quote it: PCIe Gen5 128GB/s"),
-    "h200": (64 * GB, "NVIDIA H200 datasheet: PCIe Gen5 128GB/s (both directions)"),
+    "h200": (64 * GB, "NVIDIA H200 Tensor Core GPU datasheet: PCIe Gen5 128GB/s"),
+    "b200": (64 * GB, "not found in the documents this library reads: taken as the H100's PCIe "
+                      "Gen5 128GB/s, an assumption (a PCIe Gen6 host would double it)"),
 }
 
 
+def host_link(key: str) -> float:
+    """Bytes/s GPU kind ``key`` moves to host memory, each way (:data:`HOST_LINKS`).
+
+    >>> host_link("h100-sxm") / GB
+    64.0
+    """
+    return HOST_LINKS[gpu(key).key][0]
+
+
 def pcie(key: str) -> tuple[float, str] | None:
-    """Bytes/s each way between a GPU of kind ``key`` and its host, and the source; None for a
-    kind whose link is not in :data:`PCIE`. ``key`` must be a GPU kind (aliases resolved).
+    """:data:`HOST_LINKS`' rate and source for GPU kind ``key`` (aliases resolved), or None for
+    a kind it does not list.
 
     >>> pcie("h100-sxm")[0] / 1e9
     64.0
     """
-    return PCIE.get(gpu(key).key)
+    return HOST_LINKS.get(gpu(key).key)

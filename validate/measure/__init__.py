@@ -42,7 +42,9 @@ integers, bytes (not GB):
                       the reference model's layers under op-level checkpointing,
                       "op-sac-saved" and "op-sac-step", or split by torch.compile's
                       partitioner, "compile-saved" and "compile-step" (``checkpointing.py``;
-                      ids start with the kind)
+                      ids start with the kind), or "chunked-loss-step" or "act-offload-step"
+                      (a step with a chunked loss or activations offloaded: techniques.py,
+                      their ids prefixed so)
       policy          (op-sac-*) the checkpointing policy: "torchtitan" (its SelectiveAC) or
                       "attention" (the attention kernel's outputs alone saved)
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
@@ -67,6 +69,8 @@ integers, bytes (not GB):
       s, b            sequence length and micro-batch size
       dtype           {parameters, compute}: "bf16", "fp16" or "fp32"
       precision       (saved) "bf16" | "autocast-bf16"
+      loss            (techniques) {kind: "standard" | "chunked", chunks: N or null}
+      offload_activations  (techniques) true for "act-offload-step"
       recipe          (step) zero-bf16 | zero-fp16 | megatron-bf16 | bf16-master-naive |
                       bf16-master-free-grads | autocast-fp32 | fsdp2-bf16
       optimizer       (step) {name: "torch.optim.AdamW", foreach: bool}
@@ -119,6 +123,11 @@ integers, bytes (not GB):
                       storages each scope allocated that are alive when the forward pass ends),
                       inputs (token ids and targets), layer_shown, layer_tensors [[op, shape,
                       bytes], ...]; "compile-saved" as "saved"; "*-step" as "step"
+                      kinds "chunked-loss-step" and "act-offload-step" (techniques.py): as
+                      kind "step", plus
+        saved             bytes saved for backward that stay on the device after the forward
+                          pass (distinct storages, parameters left out)
+        host              {after_forward, peak}: host bytes of the offloaded activations
                       kind "finetune": trainable_count and parameters_count (peft's
                       get_nb_trainable_parameters), saved (as kind "saved"), and states,
                       peak, phase_peaks, first_step_peak, alive_after_step as kind "step";

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import checkpointing, finetune, hfconfigs, pipeline, saved, shapes, step
+from . import checkpointing, finetune, hfconfigs, pipeline, saved, shapes, step, techniques
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -31,6 +31,11 @@ CONFIG_FAST = ("saved/deepseek-v3/hf-sdpa/bf16/s2048-b1", "saved/gpt-oss-20b/hf-
                "step/deepseek-v3/hf-eager/zero-bf16/s2048-b1")
 
 
+#: Kinds of a whole step with a memory technique of issue 24 (techniques.py): a chunked loss,
+#: activations offloaded to host memory.
+TECHNIQUES = ("chunked-loss-step", "act-offload-step")
+
+
 @dataclass(frozen=True)
 class Config:
     kind: str  # "saved" or "step"
@@ -47,12 +52,16 @@ class Config:
     rank_r: int = 0  # finetune: the LoRA rank r
     targets: tuple[str, ...] = ()  # finetune: the matrices LoRA targets (q, k, v, o, gate, up, down)
     policy: str = ""  # op-sac-*: the checkpointing policy (checkpointing.POLICIES)
+    loss: str = "standard"  # TECHNIQUES: "standard" or "chunked" (techniques.py)
+    chunks: int = 0  # TECHNIQUES with loss "chunked": the chunk count
 
     @property
     def id(self) -> str:
         parts = [self.kind, self.model, self.implementation]
         if self.kind == "finetune":
             parts.append(f"lora-r{self.rank_r}-{'+'.join(self.targets)}")
+        elif self.kind in TECHNIQUES:
+            parts += [self.recipe, "standard" if self.loss == "standard" else f"chunked{self.chunks}"]
         else:
             parts.append(self.precision if self.kind.endswith("saved") else self.recipe)
         if self.policy:
@@ -65,6 +74,11 @@ class Config:
         return "/".join(parts)
 
     def measure(self) -> dict:
+        if self.kind in TECHNIQUES:
+            return techniques.measure_technique(self.model, self.implementation, self.recipe,
+                                                self.s, self.b, loss=self.loss,
+                                                chunks=self.chunks or techniques.DEFAULT_CHUNKS,
+                                                offload=self.kind == "act-offload-step")
         if self.kind == "finetune":
             return finetune.measure_lora(self.model, self.rank_r, self.targets, self.s, self.b,
                                          foreach=self.foreach)
@@ -109,6 +123,9 @@ class Config:
             out |= {"precision": self.precision,
                     "dtype": {"parameters": _dt(param_dtype), "compute": _dt(autocast or param_dtype)}}
         else:
+            if self.kind in TECHNIQUES:
+                out |= {"loss": {"kind": self.loss, "chunks": self.chunks or None},
+                        "offload_activations": self.kind == "act-offload-step"}
             param_dtype, autocast = step._recipe_dtypes(self.recipe)
             compute = "bf16" if self.recipe == "fsdp2-bf16" else _dt(autocast or param_dtype)
             out |= {"recipe": self.recipe,
@@ -196,6 +213,16 @@ def configurations() -> list[Config]:
         out.append(Config("compile-saved", model, "reference-sdpa", s, precision="bf16"))
     out.append(Config("compile-step", "llama-3-8b", "reference-sdpa", 8192, recipe="fsdp2-bf16",
                       dp=8))
+    # 7. issue 24's techniques: a chunked loss (torchtune's LinearCrossEntropyLoss) and
+    # activations offloaded to host memory, in the run issue 24 names (Llama-3-8B at s 8192)
+    for loss, chunks in (("standard", 0), ("chunked", 8), ("chunked", 16)):
+        out.append(Config("chunked-loss-step", "llama-3-8b", "reference-sdpa", 8192,
+                          recipe="zero-bf16", loss=loss, chunks=chunks))
+    out.append(Config("chunked-loss-step", "llama-2-7b", "reference-sdpa", 4096,
+                      recipe="zero-bf16", loss="chunked", chunks=8))
+    for loss, chunks in (("standard", 0), ("chunked", 8)):
+        out.append(Config("act-offload-step", "llama-3-8b", "reference-sdpa", 8192,
+                          recipe="zero-bf16", loss=loss, chunks=chunks))
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "configuration ids must be unique"
     return out
@@ -215,6 +242,7 @@ def methods() -> dict:
         "op_sac": checkpointing.METHOD,
         "compile": checkpointing.METHOD_COMPILE,
         "finetune": finetune.METHOD,
+        "techniques": techniques.METHOD,
         "states": step.METHOD_STATES,
         "peak": step.METHOD_PEAK,
         "implementations": {

@@ -181,6 +181,25 @@ class Reference(nn.Module):
 
     def forward(self, tokens, targets):
         b, s = tokens.shape
+        y, alive = self._hidden(tokens)  # alive: the locals this forward keeps until it returns
+        logits = F.linear(y, self.head_weight())
+        return F.cross_entropy(logits.float().view(b * s, -1), targets.view(b * s))
+
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight (the embedding's, when tied)."""
+        return self.embed.weight if self.head is None else self.head.weight
+
+    def hidden_states(self, tokens):
+        """The final norm's output: what the LM head multiplies (a chunked loss takes it, as a
+        model with ``skip_output_layer`` returns it)."""
+        return self._hidden(tokens)[0]
+
+    def _hidden(self, tokens):
+        """The final norm's output, and the tensors the forward pass made on its way (the
+        rotary frequencies and angles, the mask, the last layer's output), which :meth:`forward`
+        holds until it returns."""
+        b, s = tokens.shape
+        angle = inv = None
         x = self.embed(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(s))
@@ -196,9 +215,7 @@ class Reference(nn.Module):
             mask = torch.full((s, s), float("-inf"), dtype=x.dtype).triu(1)
         for layer in self.layers:
             x = layer(x, rope, mask)
-        y = self.norm(x)
-        logits = F.linear(y, self.embed.weight) if self.head is None else self.head(y)
-        return F.cross_entropy(logits.float().view(b * s, -1), targets.view(b * s))
+        return self.norm(x), (angle, inv, mask, x)
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -126,7 +126,8 @@ def _process_group(dp: int, rank: int):
 def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: str, s: int = 2048, b: int = 1, *,
                  foreach: bool = False, dp: int = 1, rank: int = 0,
                  layers: int | None = None, fake: bool = True, observer=None,
-                 device: str = "cpu", prepare=None) -> dict:
+                 device: str = "cpu", prepare=None, loss_fn=None,
+                 tracker_class=AllocationTracker) -> dict:
     """Run two training steps of ``model`` with ``recipe``; return the states and the peaks.
 
     ``fake=False`` runs on real tensors (small shapes only: the tests compare the two);
@@ -136,7 +137,9 @@ def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: st
     (``python -m validate.gpu``). ``model`` is as for ``saved.measure_saved``; a config.json
     model's result adds ``runs`` (what transformers ran). ``prepare(model)``, if given, changes
     the model once it is built, before ``fully_shard`` (``checkpointing``: each layer wrapped in
-    op-level checkpointing, or compiled).
+    op-level checkpointing, or compiled). ``loss_fn(net, tokens, targets,
+    tracker)``, if given, computes the loss instead of the model's own (``techniques``: a
+    chunked loss, offloaded activations), counted by a ``tracker_class`` tracker.
     """
     if device != "cpu" and (fake or dp > 1):
         raise ValueError(f"device={device!r} runs real tensors on one device: fake=False, dp=1")
@@ -164,7 +167,7 @@ def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: st
         vocab = vocab_of(spec)
         tokens = torch.randint(0, vocab, (b, s))
         targets = torch.randint(0, vocab, (b, s))
-        tracker = AllocationTracker(vocab=vocab)
+        tracker = tracker_class(vocab=vocab)
         with tracker:
             tracker.tag(params, "parameters")
             tracker.tag(net.buffers(), "parameters")
@@ -208,7 +211,7 @@ def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: st
                         watching = observer(net, opt)
                 with watching:
                     _one_step(net, recipe, params, master, opt, tokens, targets, autocast,
-                              tracker, device)
+                              tracker, device, loss_fn)
             tracker.set_phase("after step")
             states = _states(params, master, opt, main_grads)
             alive_after = tracker.now()
@@ -235,12 +238,13 @@ def measure_step(model: str | dict | ConfigFile, implementation: str, recipe: st
 
 
 def _one_step(net, recipe, params, master, opt, tokens, targets, autocast, tracker,
-              device: str = "cpu") -> None:
+              device: str = "cpu", loss_fn=None) -> None:
     """Forward, backward and the recipe's optimizer step, with the phases marked."""
     tracker.set_phase("forward")
     cast = torch.autocast(device, dtype=autocast) if autocast else contextlib.nullcontext()
     with torch.autograd.graph.saved_tensors_hooks(_tag_saved(tracker), lambda x: x), cast:
-        loss = loss_of(net, tokens, targets)
+        loss = (loss_of(net, tokens, targets) if loss_fn is None
+                else loss_fn(net, tokens, targets, tracker))
     tracker.set_phase("backward")
     loss.backward()
     del loss

@@ -74,6 +74,9 @@ MEASURED_RECIPES = {
 MEASURED_PRECISIONS = {"bf16": "bf16-mixed", "autocast-bf16": "amp"}
 #: The op-level policies measured, by the library's policy (:func:`trainmath.memory.checkpointing.parse_policy`).
 MEASURED_POLICIES = {"torchtitan": "torchtitan", "attention": "attention"}
+#: Kinds of record of a whole step with a memory technique (validate/measure/techniques.py): a
+#: chunked loss, activations offloaded to host memory.
+TECHNIQUES = ("chunked-loss-step", "act-offload-step")
 #: Relative tolerance of each kind of quantity: states to the byte, activations 1%, peaks 2%;
 #: a pipeline schedule's counts and idle time exactly.
 TOLERANCES = {"states": Fraction(0), "activations": Fraction(1, 100), "peak": Fraction(2, 100),
@@ -158,8 +161,18 @@ def estimate_of(config: dict) -> Estimate:
         return estimate(run(shape_of(config), recipe=MEASURED_PRECISIONS[config["precision"]],
                             **kw))
     impl = "foreach" if config["optimizer"]["foreach"] else "for-loop"
+    if config["kind"] in TECHNIQUES:
+        kw |= technique_of(config)
     return estimate(run(shape_of(config), recipe=MEASURED_RECIPES[config["recipe"]],
                         dp=config["dp"], optimizer_impl=impl, **kw))
+
+
+def technique_of(config: dict) -> dict:
+    """The ``run`` keywords of a record of :data:`TECHNIQUES`: its loss and chunks, and its
+    activations offloaded ("sync": validate/measure copies on the compute stream)."""
+    loss = config["loss"]
+    return {"loss": loss["kind"], "loss_chunks": loss["chunks"],
+            "activation_offload": "sync" if config["offload_activations"] else "none"}
 
 
 def _layer_of(config: dict, m: ModelShape, index: int) -> LayerActivations:
@@ -240,6 +253,24 @@ def compare(config: dict) -> list[Comparison]:
     p = m["peak"]
     out.append(Comparison(cid, "peak", "peak", p["bytes"], _whole(e.peak.bytes),
                           (p["phase"], e.peak.phase)))
+    if config["kind"] in TECHNIQUES:
+        out += _compare_technique(config, e)
+    return out
+
+
+def _compare_technique(config: dict, e: Estimate) -> list[Comparison]:
+    """A technique's own figures: what stays saved on the device and what host memory the
+    offloaded activations take (1%), and the forward's and the backward's highest moments
+    (2%), where the loss's spike and a layer brought back from the host fall."""
+    cid, m = config["id"], config["measured"]
+    out = [Comparison(cid, "activations", "saved on the device", m["saved"],
+                      _whole(e.activations)),
+           Comparison(cid, "activations", "host memory (activations)", m["host"]["after_forward"],
+                      _whole(e.offloaded_activations))]
+    for phase in ("forward", "backward"):
+        top = max(x.total.n for x in e.peak.moments if x.phase == phase)
+        out.append(Comparison(cid, "peak", f"{phase} peak", m["phase_peaks"][phase],
+                              _whole(Bytes(top))))
     return out
 
 

@@ -143,7 +143,9 @@ def to_run(args: argparse.Namespace) -> Run:
                           implementation=args.implementation, mlp_kernel=args.mlp_kernel,
                           attention=args.attention, optimizer_impl=args.optimizer_impl,
                           offload=args.offload, routing=_routing(args),
-                          recompute_policy=args.recompute_policy, compiled=args.compile),
+                          recompute_policy=args.recompute_policy, compiled=args.compile,
+                          loss=args.loss, loss_chunks=args.loss_chunks,
+                          activation_offload=args.activation_offload),
         layout=lay,
         batch=Batch(args.seq_len, args.micro_batch, args.global_batch),
         gpu=None if args.gpu is None and args.gpu_memory is None else Gpu(args.gpu_memory, args.gpu),
@@ -277,7 +279,9 @@ def _plan(args: argparse.Namespace) -> Plan:
         capacity_factor=args.capacity_factor, pad_to_capacity=args.pad_to_capacity,
         expert_load=args.expert_load,
         schedules=None if args.schedule is None else (args.schedule,),
-        cp_kinds=None if args.cp_kind is None else (args.cp_kind,))
+        cp_kinds=None if args.cp_kind is None else (args.cp_kind,),
+        loss=args.loss, loss_chunks=args.loss_chunks,
+        activation_offload=args.activation_offload)
 
 
 if __name__ == "__main__":  # pragma: no cover

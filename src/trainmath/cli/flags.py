@@ -29,7 +29,8 @@ from ..hardware import GPU_ALIASES, GPUS
 from ..memory.finetune import METHODS, NORM_DTYPES, TARGETS, parse_targets
 from ..memory.finetune_presets import ADAPTER_PRESETS
 from ..memory.checkpointing import LAYER_OPS, parse_policy
-from ..memory.kernels import ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS
+from ..memory.kernels import (ACTIVATION_OFFLOADS, ATTENTION_KINDS, DEFAULT_LOSS_CHUNKS,
+                              IMPLEMENTATIONS, LOSS_KINDS, MLP_KERNELS, RECOMPUTE_KINDS)
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
 from ..memory.offload import OFFLOAD_DEVICES
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
@@ -300,6 +301,26 @@ def _time_flags(commands, group) -> list[Flag]:
     ]
 
 
+def _technique_flags(commands, group) -> list[Flag]:
+    """The loss and activation offloading (:mod:`trainmath.memory.loss`,
+    :mod:`trainmath.memory.act_offload`), for estimate and plan alike."""
+    return [
+        Flag(("--loss",), commands, group, "the loss over the vocabulary: standard "
+             "(F.cross_entropy of the fp32 logits), chunked (torchtune's LinearCrossEntropyLoss: "
+             "--loss-chunks pieces, one backward) or fused (Liger's fused linear cross entropy, "
+             "its own chunks; CUDA only); default standard", choices=LOSS_KINDS, what="loss",
+             default="standard"),
+        Flag(("--loss-chunks",), commands, group, "chunks of a chunked loss (default "
+             f"{DEFAULT_LOSS_CHUNKS}, torchtune's num_output_chunks)", parse=parse_positive,
+             metavar="N"),
+        Flag(("--activation-offload",), commands, group, "none; sync (every saved tensor but the "
+             "output head's to CPU memory, on the compute stream: save_on_cpu, transformers' "
+             "offload); overlap (on a side stream: torchtune's and TRL's OffloadActivations). "
+             "Default none", choices=ACTIVATION_OFFLOADS, what="activation offload",
+             default="none", metavar="HOW"),
+    ]
+
+
 def _routing_flags(commands, group) -> list[Flag]:
     """A mixture's routing (:class:`trainmath.model.moe.Routing`), for estimate and plan alike."""
     return [
@@ -418,6 +439,7 @@ FLAGS: tuple[Flag, ...] = (
          what="attention"),
     Flag(("--mlp-kernel",), _EST, "training", "eager (SwiGLU saves four ffn-wide tensors) or fused "
          "(three)", choices=MLP_KERNELS, what="mlp kernel", default="eager"),
+    *_technique_flags(_EST, "training"),
     Flag(("--gpu",), _EST, "training", "one of: " + ", ".join(_GPUS) + ": say whether it fits in the "
          "memory nvidia-smi reports for it (its peak FLOP/s for --tokens)", choices=_GPUS,
          what="GPU", metavar="NAME"),
@@ -529,6 +551,7 @@ FLAGS: tuple[Flag, ...] = (
          + ", ".join(CP_KINDS) + " (default: each the heads allow)", choices=tuple(CP_KINDS),
          what="context-parallel kind"),
     *_routing_flags(_PLAN, "run"),
+    *_technique_flags(_PLAN, "run"),
     # plan: the step-time model's assumptions
     *_time_flags(_PLAN, "assumptions"),
     Flag(("--tp-across-nodes",), _PLAN, "assumptions", "allow tp beyond one node", kind="on",

@@ -15,9 +15,11 @@ from functools import lru_cache
 
 from .activations import Kernels, LayerActivations, Saved, Split, _check_split
 from .hf_families import hf_family, norm_keeps
-from .kernels import FP32_BYTES, MASK_BYTES, STAT_BYTES, _kernels
+from .kernels import (DEFAULT_LOSS_CHUNKS, FP32_BYTES, LOSS_KINDS, MASK_BYTES, STAT_BYTES,
+                      _kernels, loss_problems)
 from ..model.shape import ModelShape
-from ..units import Bytes, positive_int
+from ..problems import check
+from ..units import Bytes, choice, positive_int
 
 
 def input_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
@@ -92,7 +94,8 @@ def _rotary(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
 def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
                        sequence_parallel: bool = False, cp: int = 1, value_bytes: int = 2,
                        stat_bytes: int = STAT_BYTES, implementation: str | None = None,
-                       autocast: bool = False) -> LayerActivations:
+                       autocast: bool = False, loss: str = "standard",
+                       loss_chunks: int | None = None) -> LayerActivations:
     """What the final norm, the LM head and the loss save, on the last stage, per micro-batch.
 
     Korthikanti et al. 2022 §4.3: the final norm's input and the output projection's input
@@ -109,18 +112,30 @@ def output_activations(model: ModelShape, s: int, b: int, *, tp: int = 1,
     ``labels[..., 1:].contiguous()``, which is the padded tensor itself when b = 1 (8(s + 1)
     bytes saved) and a copy otherwise (8bs). Under autocast the final norm keeps its fp32
     input, the LM head's input is autocast's 16-bit copy and its weight's 16-bit copy is saved.
+
+    ``loss`` is one of :data:`~trainmath.memory.kernels.LOSS_KINDS` (:mod:`trainmath.memory.loss`):
+    a "chunked" loss saves the same tensors, its log-softmax in ``loss_chunks`` pieces, and
+    one count of the targets per chunk (``nll_loss`` keeps its ``total_weight``); Liger's
+    "fused" loss saves neither the LM head's input nor the log-softmax nor the targets, but the
+    gradients it computed in the forward (``ctx.save_for_backward(grad_input, grad_weight,
+    ...)``): the LM head input's, in the input's format, and its weight's, in the weight's
+    (``torch.zeros_like(weight)``; Liger's default ``accum_dtype=None``).
     """
     s, b, tp, cp = _check_split(s, b, tp, cp)
     family, _ = _kernels(implementation, None)
+    check(loss_problems(choice("loss", loss, LOSS_KINDS), loss_chunks, tp=tp, seq_len=s))
+    chunks = loss_chunks or (DEFAULT_LOSS_CHUNKS if loss == "chunked" else 1)
     return _output(model, Split(s, b, tp, bool(sequence_parallel), cp),
                    Kernels(family=family, value_bytes=positive_int("value_bytes", value_bytes),
                            stat_bytes=positive_int("stat_bytes", stat_bytes),
-                           autocast=bool(autocast)))
+                           autocast=bool(autocast)), loss, chunks)
 
 
 @lru_cache(maxsize=4096)  # pure; the planner asks again for each ZeRO stage
-def _output(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
-    """:func:`output_activations` on checked inputs."""
+def _output(model: ModelShape, sp: Split, k: Kernels, loss: str = "standard", chunks: int = 1,
+            weight_bytes: int | None = None) -> LayerActivations:
+    """:func:`output_activations` on checked inputs (``weight_bytes``: the LM head weight's
+    format, for Liger's saved weight gradient; default the compute format)."""
     tokens, rep, tp = sp.tokens, sp.replicated, sp.tp
     s, b = sp.seq_len, sp.micro_batch
     family, autocast, stat_bytes = k.family, k.autocast, k.stat_bytes
@@ -144,6 +159,12 @@ def _output(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
         if offset:
             out.append(Saved("output", f"1 + weight of the final {norm} in fp32 (GemmaRMSNorm)",
                              Bytes(FP32_BYTES * h)))
+    if loss == "fused":  # Liger: the LM head's gradients, computed in the forward, saved
+        out.append(Saved("output", "gradient of the LM head's input, computed in the forward "
+                         "(Liger)", Bytes(v * width)))
+        out.append(Saved("output", "gradient of the LM head's weight, computed in the forward "
+                         "(Liger)", Bytes((weight_bytes or v) * V * h)))
+        return LayerActivations(tuple(out))
     out.append(Saved("output", "input to the output projection (LM head)"
                      + (", autocast's 16-bit copy" if autocast else ""), Bytes(v * width)))
     if autocast:
@@ -160,5 +181,9 @@ def _output(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
                          Bytes(labels)))
     else:
         out.append(Saved("output", "targets (int64)", Bytes(8 * tokens)))
-    out.append(Saved("output", "count of the targets (fp32 scalar)", Bytes(4)))
+    if chunks > 1:
+        out.append(Saved("output", f"count of the targets (fp32 scalar), one per chunk "
+                         f"({chunks})", Bytes(4 * chunks)))
+    else:
+        out.append(Saved("output", "count of the targets (fp32 scalar)", Bytes(4)))
     return LayerActivations(tuple(out))

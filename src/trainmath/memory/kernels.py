@@ -35,6 +35,20 @@ RECOMPUTE_KINDS = ("none", "selective", "full", "op")
 #: SwiGLU then saves the gate-and-up output and the down projection's input, three ffn wide.
 #: A GeLU MLP saves two either way.
 MLP_KERNELS = ("eager", "fused")
+#: How the loss over the vocabulary runs (:mod:`trainmath.memory.loss`): "standard" is
+#: ``F.cross_entropy(logits.float(), targets)`` over the whole micro-batch's logits; "chunked"
+#: projects and scores the tokens in chunks, one backward through all of them (torchtune's
+#: ``LinearCrossEntropyLoss``); "fused" is Liger-Kernel's ``LigerFusedLinearCrossEntropyLoss``,
+#: which computes the LM head's gradients inside its forward, chunk by chunk (CUDA only).
+LOSS_KINDS = ("standard", "chunked", "fused")
+#: Chunks of a "chunked" loss when none is given: torchtune's ``num_output_chunks=8`` (and
+#: torchtitan's ``ChunkedLossWrapper`` ``num_chunks: int = 8``).
+DEFAULT_LOSS_CHUNKS = 8
+#: Activations offloaded to host memory (:mod:`trainmath.memory.act_offload`): "none"; "sync",
+#: the copies on the compute stream (``torch.autograd.graph.save_on_cpu``, transformers'
+#: ``gradient_checkpointing_kwargs={"offload": True}``); "overlap", on a side stream that
+#: overlaps them with compute (torchtune's and TRL's ``OffloadActivations(use_streams=True)``).
+ACTIVATION_OFFLOADS = ("none", "sync", "overlap")
 #: Bytes of one dropout-mask entry (a bool mask, as PyTorch keeps it).
 MASK_BYTES = 1
 #: Bytes of one norm statistic (fp32, as the CUDA LayerNorm and RMSNorm kernels keep them).
@@ -171,3 +185,39 @@ def _kernels(implementation_name: str | None, attention: str | None) -> tuple[st
     check(attention_problems(attention, implementation_name))
     impl = implementation(implementation_name)
     return impl.family, impl.attention
+
+
+def loss_problems(loss: str, chunks: int | None, *, tp: int = 1,
+                  seq_len: int | None = None) -> list[Problem]:
+    """A loss as :data:`LOSS_KINDS` describes it: a chunk count only for "chunked" (Liger's
+    fused kernel sizes its own chunks, the standard loss has one), at most the sequence's
+    tokens (``tensor_split`` would leave chunks empty), and the chunked and fused losses with
+    the whole vocabulary on a device (tp = 1: torchtune's and Liger's losses take the LM head
+    whole; Megatron-LM's vocabulary-parallel cross entropy is the standard loss)."""
+    problems = []
+    if chunks is not None and loss != "chunked":
+        problems.append(Problem(("loss_chunks", "loss"), f"loss_chunks {chunks} with loss "
+                                f"{loss!r}: only a chunked loss takes a chunk count (Liger's "
+                                "fused kernel sizes its own); accepted: loss 'chunked', or no "
+                                "loss_chunks"))
+    if loss != "standard" and tp > 1:
+        problems.append(Problem(("loss", "tp"), f"loss {loss!r} with tp = {tp} is not modelled: "
+                                "torchtune's chunked and Liger's fused losses take the whole "
+                                "vocabulary on one device; accepted: tp = 1, or loss 'standard' "
+                                "(Megatron-LM's vocabulary-parallel cross entropy)"))
+    if loss == "chunked" and chunks is not None and seq_len is not None and chunks > seq_len:
+        problems.append(Problem(("loss_chunks", "seq_len"), f"loss_chunks {chunks} is more than "
+                                f"the {seq_len} tokens of a sequence (the chunks split it); "
+                                f"accepted: 1 to {seq_len}"))
+    return problems
+
+
+def activation_offload_problems(offload: str, *, pp: int = 1) -> list[Problem]:
+    """Activation offloading as the frameworks that ship it run it: on one pipeline stage
+    (torchtune, TRL and transformers have no pipeline; Megatron-Bridge's activation offloading
+    requires "PP must be 1")."""
+    if offload != "none" and pp > 1:
+        return [Problem(("activation_offload", "pp"), f"activation_offload {offload!r} with pp "
+                        f"= {pp} is not modelled (torchtune, TRL and transformers offload without "
+                        "a pipeline; Megatron-Bridge requires pp = 1); accepted: pp = 1")]
+    return []

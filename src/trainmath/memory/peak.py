@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
+from .loss import LossMemory
 from .recipes import optimizer_impl
 from ..derivations import Derivation, bytes_text
 from ..units import Bytes, positive_int
@@ -205,6 +206,14 @@ class StepInputs:
     #: fp8 training (Transformer Engine): the fp8 copy of every linear weight and its transpose,
     #: cast at a step's first micro-batch and kept in the module between steps
     fp8_weight_cache: Bytes = Bytes(0)
+    #: what the loss holds at its two moments (:class:`trainmath.memory.loss.LossMemory`); None:
+    #: the standard loss's ``logits16 + logits`` and ``2 × logits``
+    loss: LossMemory | None = None
+    #: activations offloaded to host memory (:mod:`trainmath.memory.act_offload`): one layer's
+    #: saved tensors, back on the device for its backward, and the gradients alive then (all
+    #: but that layer's and the embedding's); 0 without offload
+    offload_layer: Bytes = Bytes(0)
+    offload_gradients: Bytes = Bytes(0)
 
 
 def _step_peak(i: StepInputs) -> StepPeak:
@@ -228,16 +237,24 @@ def _step_peak(i: StepInputs) -> StepPeak:
     unsharded = (g.layer_grads * (i.layers if g.resident else 1)) if g is not None else z0
 
     if i.activations.n or i.logits.n:  # with a sequence: the loss and what is saved for it
-        moments.append(Moment("forward", "the loss: the logits and their fp32 copy", (
-            *persistent, *held(0), ("activations", i.activations),
-            ("logits", i.logits16 + i.logits))))
-        moments.append(Moment("backward", "the loss's gradient: two fp32 tensors over the "
-                              "vocabulary", (
+        if i.loss is None:
+            fwd, fwd_when = i.logits16 + i.logits, "the loss: the logits and their fp32 copy"
+            bwd, bwd_when = i.logits * 2, "the loss's gradient: two fp32 tensors over the vocabulary"
+        else:
+            fwd, fwd_when, bwd, bwd_when = (i.loss.forward, i.loss.forward_when, i.loss.backward,
+                                            i.loss.backward_when)
+        moments.append(Moment("forward", fwd_when, (
+            *persistent, *held(0), ("activations", i.activations), ("logits", fwd))))
+        moments.append(Moment("backward", bwd_when, (
             *persistent, *held(g.prefetch if g else 0), ("activations", i.activations),
-            ("logits", i.logits * 2))))
+            ("logits", bwd))))
+    if i.offload_layer.n and g is None:
+        moments.append(Moment("backward", "the first layer's backward: its saved tensors back "
+                              "from host memory", (
+            *persistent, ("gradients", i.offload_gradients), ("activations", i.offload_layer))))
     if g is not None:
         in_flight = 1 + g.prefetch
-        rest = i.activations - i.output_activations
+        rest = i.activations - i.output_activations + i.offload_layer
         moments.append(Moment("backward", "the last layer's backward: its gradients unsharded", (
             *persistent, *held(in_flight), ("activations", rest),
             ("unsharded gradients", g.root_head_grads + unsharded))))

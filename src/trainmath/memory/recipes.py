@@ -213,9 +213,8 @@ RECIPES: dict[str, Recipe] = {
             "in higher precision). The step's peak adds the fp8 copy of each linear weight that "
             "Transformer Engine casts once per step and caches across micro-batches, with its "
             "transpose on Hopper (FP8_WEIGHT_CACHE_BYTES, 1 + 1 bytes per linear weight; TE "
-            "docs, FP8 weight caching and Handling transposes). Not counted: the fp8 inputs of "
-            "the linear layers it saves for backward in place of bf16 ones (the activations are "
-            "counted in bf16, an upper bound)",
+            "docs, FP8 weight caching and Handling transposes). Each linear layer saves its "
+            "input in fp8 for backward, one byte a value (trainmath.memory.fp8_activations)",
             persistent_gradients=True, optimizer_impl="fused",
             framework="Megatron-LM with Transformer Engine", fp8_gemms=True,
         ),

@@ -23,6 +23,8 @@ from .finetune import (Adapter, AdapterStates, BASE_BYTES, _frozen_output, _lora
                        adapter_value_bytes, frozen_embedding, matrices)
 from .fsdp2 import STEP_BYTES, fsdp2_rank
 from .kernels import FP32_BYTES, implementation
+from .fp8_activations import fp8_saved
+from .loss import _loss_memory
 from .peak import GatheredUnits, StepInputs, _temporaries
 from .recipes import FP8_WEIGHT_CACHE_BYTES, Recipe, optimizer, recipe
 from .stages import DeviceMemory, StageActivations, _stage, layer_mix
@@ -102,9 +104,13 @@ def activations(*, shape: ModelShape, layout: Layout, training: Training, batch:
     sp, k = split_of(layout, batch), kernels_of(training)
     kinds = distinct_kinds(shape)
     each = {kind: _layer(layer_shape(shape, kind), sp, k) for kind in kinds}
+    if recipe(training.recipe).fp8_gemms and k.family == "megatron":  # Transformer Engine's fp8
+        each = {kind: fp8_saved(a, attention=training.attention, value_bytes=k.value_bytes)
+                for kind, a in each.items()}
     layer = max(each.values(), key=lambda a: a.total.n)  # the peak holds one more of the largest
     embedding = _input(shape, sp, k)
-    output = _output(shape, sp, k)
+    output = _output(shape, sp, k, training.loss, training.chunks,
+                     recipe(training.recipe).weights)
     rotary = _rotary(shape, sp, k)
     pp, v, m = layout.pp, layout.v, microbatches
     indices = layout.device_layer_indices(shape.layers)
@@ -183,11 +189,12 @@ def _state_value(r: Recipe, t: Training) -> int:
 
 
 def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch: Batch,
-                 device: DeviceMemory, activations: StageActivations | None, fsdp2: bool
-                 ) -> StepInputs:
+                 device: DeviceMemory, activations: StageActivations | None, fsdp2: bool,
+                 brought_back: Bytes = Bytes(0)) -> StepInputs:
     """What one device of one pipeline stage holds over the step (:mod:`trainmath.memory.peak`):
-    ``device``'s states, ``activations`` (None without a sequence), and with ``fsdp2`` FSDP2's
-    exact padded units for ZeRO-3."""
+    ``device``'s states, ``activations`` (None without a sequence; offloaded ones left out),
+    with ``fsdp2`` FSDP2's exact padded units for ZeRO-3, and ``brought_back``, one layer's
+    offloaded tensors back on the device for its backward (:mod:`trainmath.memory.act_offload`)."""
     lay, t, d, acts = layout, training, device, activations
     r = recipe(t.recipe)
     n, z, tp, pp = lay.zero_group, t.zero_stage, lay.tp, lay.pp
@@ -231,6 +238,15 @@ def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch
         tokens = Fraction(batch.seq_len * batch.micro_batch, lay.cp)
         logits = Bytes(FP32_BYTES * tokens * Fraction(V, tp)) if last else zero
     logits16 = logits * Fraction(r.compute, FP32_BYTES)
+    loss = None
+    if acts is not None and last:
+        loss = _loss_memory(t.loss, tokens, Fraction(V, tp), h, r.compute, t.chunks)
+    offload_grads = zero
+    if brought_back.n:  # the first layer's backward: every gradient but its own and the embedding's
+        layer_params = sum(x for x, sh in zip(layer_tensors, shapes.layer))
+        early = layer_params + (root_first[0] if first else 0)
+        # (0 with Megatron's persistent buffer, which the moment holds whole)
+        offload_grads = Bytes(max(0, backward.n - _share(early * r.gradients, n, z >= 2).n))
     gathered = (_gathered(shape=shape, layout=lay, training=t, last=last, fsdp2=fsdp2)
                 if z == 3 else None)
     # fp8 (Transformer Engine): each decoder layer's matrices, on this device, once in fp8 and
@@ -245,7 +261,8 @@ def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch
                       step_gradients=step, activations=A, layer_activations=layer_A,
                       output_activations=out_A, logits=logits, logits16=logits16,
                       tied_gradients=tied, temporaries=temps, layers=on_stage,
-                      gathered=gathered, fp8_weight_cache=fp8_cache)
+                      gathered=gathered, fp8_weight_cache=fp8_cache, loss=loss,
+                      offload_layer=brought_back, offload_gradients=offload_grads)
 
 
 def _gathered(*, shape: ModelShape, layout: Layout, training: Training, last: bool,

@@ -12,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .checkpointing import parse_policy, recompute_policy_problems
-from .kernels import (ATTENTION_KINDS, IMPLEMENTATIONS, MLP_KERNELS, RECOMPUTE_KINDS,
-                      attention_problems, implementation)
+from .kernels import (ACTIVATION_OFFLOADS, ATTENTION_KINDS, DEFAULT_LOSS_CHUNKS, IMPLEMENTATIONS,
+                      LOSS_KINDS, MLP_KERNELS, RECOMPUTE_KINDS, attention_problems,
+                      implementation, loss_problems)
 from .recipes import Recipe, optimizer, optimizer_impl, recipe
 from .sharding import OFFLOAD_ALIASES, OFFLOADS, check_stage
 from ..model.moe import Routing
 from ..model.presets import CUSTOM_DEFAULTS, trained_with
 from ..model.shape import ModelShape
 from ..problems import Problem, check
-from ..units import choice
+from ..units import choice, positive_int
 
 
 # -- the parts of a run -------------------------------------------------------------------------
@@ -62,6 +63,14 @@ class Training:
     recompute_policy: str | None = None
     #: under ``torch.compile``: its min-cut partitioner decides what is saved for backward
     compiled: bool = False
+    #: the loss over the vocabulary: one of :data:`trainmath.memory.kernels.LOSS_KINDS`
+    #: (standard, chunked, fused: :mod:`trainmath.memory.loss`)
+    loss: str = "standard"
+    #: a chunked loss's chunk count; None: :data:`trainmath.memory.kernels.DEFAULT_LOSS_CHUNKS`
+    loss_chunks: int | None = None
+    #: activations offloaded to host memory: one of
+    #: :data:`trainmath.memory.kernels.ACTIVATION_OFFLOADS` (:mod:`trainmath.memory.act_offload`)
+    activation_offload: str = "none"
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
@@ -86,10 +95,24 @@ class Training:
         if self.implementation is not None:
             problems += attention_problems(self.attention, self.implementation)
         check(problems)
+        choice("loss", self.loss, LOSS_KINDS)
+        choice("activation_offload", self.activation_offload, ACTIVATION_OFFLOADS)
+        if self.loss_chunks is not None:
+            positive_int("loss_chunks", self.loss_chunks)
+        check(loss_problems(self.loss, self.loss_chunks))
         if self.optimizer_impl is not None:
             optimizer_impl(self.optimizer_impl)
         if not isinstance(self.routing, Routing):
             raise ValueError(f"routing must be a trainmath.model.moe.Routing, got {self.routing!r}")
+
+    @property
+    def chunks(self) -> int:
+        """Chunks the loss scores the tokens in: ``loss_chunks``, or for a chunked loss without
+        one :data:`~trainmath.memory.kernels.DEFAULT_LOSS_CHUNKS`; 1 for the standard loss
+        (Liger's fused kernel sizes its own: :func:`trainmath.memory.loss.liger_chunk_size`)."""
+        if self.loss != "chunked":
+            return 1
+        return self.loss_chunks or DEFAULT_LOSS_CHUNKS
 
     @property
     def resolved(self) -> bool:

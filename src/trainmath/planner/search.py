@@ -40,7 +40,10 @@ from ..hardware import gpu as accelerator, interconnect
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe as _recipe
 from ..memory.checkpointing import compile_problems, policy_problems, timed_recompute
 from ..memory.device import on_device
-from ..memory.kernels import RECOMPUTE_KINDS, context_parallel_problems, kernel_problems
+from ..memory.act_offload import offloaded_activations
+from ..memory.kernels import (RECOMPUTE_KINDS, activation_offload_problems,
+                              context_parallel_problems, kernel_problems, loss_problems)
+from ..memory.step import activations
 from ..memory.training import Training
 from ..model.moe import Routing, routing_problems
 from ..model.presets import preset
@@ -147,14 +150,24 @@ class Search:
         return accelerator(self.gpu).peak(peak_precision(_recipe(self.training.recipe))).flops
 
     def time(self, lay: Layout, *, zero_stage: int, recompute: str, micro_batch: int):
-        """:func:`trainmath.time.step.step_time` of one layout and setting."""
+        """:func:`trainmath.time.step.step_time` of one layout and setting (with the training's
+        loss, and the host copies of its offloaded activations)."""
         t = self.training
         rc = timed_recompute(self.model, recompute=recompute, policy=t.recompute_policy)
+        moved = 0.0
+        if t.activation_offload != "none":
+            setting = replace(t, zero_stage=zero_stage, recompute=recompute)
+            _, acts = activations(shape=self.model, layout=lay, training=setting,
+                                  batch=Batch(self.seq_len, micro_batch, self.global_batch),
+                                  microbatches=None, stages=[0])
+            moved = float(offloaded_activations(acts[0])[1].n)
         return step_time(self.model, lay, seq_len=self.seq_len, global_batch=self.global_batch,
                          micro_batch=micro_batch, zero_stage=zero_stage, recompute=rc,
                          recipe=t.recipe, implementation=t.implementation,
                          fabric=self.fabric, overlap=self.overlap, kernel=self.kernel,
-                         sustained=self.sustained, routing=t.routing, compiled=t.compiled)
+                         sustained=self.sustained, routing=t.routing, compiled=t.compiled,
+                         loss=t.loss, loss_chunks=t.chunks,
+                         activation_offload=t.activation_offload, offloaded=moved)
 
 
 def _span_problems(s: Search, lay: Layout) -> list[Problem]:
@@ -178,7 +191,9 @@ def _grid_problems(s: Search, lay: Layout) -> list[Problem]:
             *context_parallel_problems(lay.cp, t.attention), *_span_problems(s, lay),
             *fsdp2_problems(t.recipe, lay),
             *kernel_problems(model, t.implementation, tp=lay.tp, cp=lay.cp,
-                             sequence_parallel=lay.sequence_parallel)]
+                             sequence_parallel=lay.sequence_parallel),
+            *loss_problems(t.loss, t.loss_chunks, tp=lay.tp, seq_len=s.seq_len),
+            *activation_offload_problems(t.activation_offload, pp=lay.pp)]
 
 
 def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], list[tuple[tuple, str]]]:
@@ -275,6 +290,9 @@ def plan(
     cp_kinds: tuple[str, ...] | None = None,
     recompute_policy: str | None = None,
     compiled: bool = False,
+    loss: str = "standard",
+    loss_chunks: int | None = None,
+    activation_offload: str = "none",
 ) -> Plan:
     """Every layout of ``gpus`` GPUs of kind ``gpu`` for ``model``, ranked (module docstring).
 
@@ -291,7 +309,9 @@ def plan(
     experts' rows are timed and judged for: fitting is judged at the expert load given
     (balanced unless it says otherwise), and the plan says which. ``recompute_policy`` (an
     op-level policy, :mod:`trainmath.memory.checkpointing`) searches ``recompute="op"`` with it;
-    ``compiled`` times and counts the layers under ``torch.compile``. ``layout`` ("dp=16,tp=8,pp=4", optionally
+    ``compiled`` times and counts the layers under ``torch.compile``; ``loss``, ``loss_chunks``
+    and ``activation_offload`` are the training's (:class:`~trainmath.memory.training.Training`).
+    ``layout`` ("dp=16,tp=8,pp=4", optionally
     with v, zero, recompute, b and stages=7/8*14/7) is scored and placed in the ranking as
     :attr:`~trainmath.planner.candidates.Plan.user`. A ValueError says what would work when
     nothing does.
@@ -312,7 +332,8 @@ def plan(
                  expert_load=expert_load,
                  schedules=None if schedules is None else tuple(schedules),
                  cp_kinds=None if cp_kinds is None else tuple(cp_kinds),
-                 recompute_policy=recompute_policy, compiled=compiled)
+                 recompute_policy=recompute_policy, compiled=compiled,
+                 loss=loss, loss_chunks=loss_chunks, activation_offload=activation_offload)
     key = tuple(asked.items())
     try:
         hash(key)
@@ -331,7 +352,8 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
             cp_across_nodes, max_interleave, zero_stages=None, recomputes=None,
             capacity_factor=None, pad_to_capacity=False,
             expert_load="balanced", schedules=None, cp_kinds=None, recompute_policy=None,
-            compiled=False) -> tuple[Search, tuple[str, ...]]:
+            compiled=False, loss="standard", loss_chunks=None,
+            activation_offload="none") -> tuple[Search, tuple[str, ...]]:
     """The plan's inputs checked, as a :class:`Search`, and what the training setup assumed."""
     if isinstance(model, str):
         model = preset(model)
@@ -361,7 +383,8 @@ def _search(*, model, gpu, gpus, seq_len, global_batch, node_gpus, recipe, imple
     probe = Run(model, Training(recipe=recipe, implementation=implementation, optimizer=optimizer,
                                 routing=routing, recompute_policy=recompute_policy,
                                 recompute="op" if recompute_policy else "none",
-                                compiled=compiled), gpu=device)
+                                compiled=compiled, loss=loss, loss_chunks=loss_chunks,
+                                activation_offload=activation_offload), gpu=device)
     t0 = probe.training
     r = _recipe(t0.recipe)
     check(peak_precision_problems(r) or accelerator(key).peak_problems(peak_precision(r)))

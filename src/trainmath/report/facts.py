@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 
 from ..hardware import gpu as accelerator
+from ..memory.sharding import OFFLOAD_ALIASES
+from ..memory.training import Training
 from ..model.moe import MEASURED_BAND, MEASURED_MAX_LOAD, PUBLISHED_MAX_LOADS, Routing
 from ..model.presets import preset_like
 from ..runs.estimates import Estimate
@@ -209,3 +211,36 @@ def headroom_words(h, est: Estimate) -> str:
                                          if h.largest_micro_batch >= h.micro_batch_bound else "")
     return (f"{text}: the longest sequence that fits is {seq}, now {now.seq_len:,} (--seq-len); "
             f"the largest micro-batch {micro}, now {now.micro_batch} (--micro-batch)")
+def techniques(est: Estimate) -> str:
+    """The memory techniques a run uses, in words, for the activations line: ``", loss chunked
+    (8 chunks), activations offloaded to CPU memory (sync)"``; "" for neither."""
+    return techniques_of(est.training)
+
+
+def techniques_of(t: Training) -> str:
+    """:func:`techniques` of a training setup (a plan's)."""
+    out = ""
+    if t.loss == "chunked":
+        out += f", loss chunked ({t.chunks} chunks)"
+    elif t.loss == "fused":
+        out += ", loss fused (Liger's kernel)"
+    if t.activation_offload != "none":
+        out += f", activations offloaded to CPU memory ({t.activation_offload})"
+    return out
+
+
+def host_what(est: Estimate) -> str:
+    """What the CPU memory holds, in words: ``"--offload optimizer: master weights, optimizer
+    states, gradient partition; --activation-offload sync: every saved tensor but the output
+    head's"``; "" when nothing is offloaded."""
+    t = est.training
+    parts = []
+    if t.offload != "none":
+        flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
+        moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
+                 else "every sharded state")
+        parts.append(f"--offload {flag}: {moved}")
+    if t.activation_offload != "none":
+        parts.append(f"--activation-offload {t.activation_offload}: every saved tensor but the "
+                     f"output head's, {whole(est.offloaded_activations).format('GB', 2)}")
+    return "; ".join(parts)

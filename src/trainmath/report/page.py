@@ -16,7 +16,7 @@ from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from .data import estimate_dict
-from .facts import assumed, change_words, fit, headroom_words, pipeline_words, whole
+from .facts import assumed, change_words, fit, headroom_words, pipeline_words, techniques, whole
 from .terms import explain
 from .text import SHOWN, plan_reasons, render, render_check, render_plan
 
@@ -141,7 +141,8 @@ def render_estimate(est: Estimate, suggestions: Suggestions | None = None) -> st
         head += (f"<p>Activations: s = {inputs['seq_len']}, b = {inputs['micro_batch']}, "
                  f"recompute {escape(est.checkpointing.describe())}, "
                  f"{escape(t.implementation)} kernels "
-                 f"({escape(t.attention)} attention{escape(kernel)}).</p>")
+                 f"({escape(t.attention)} attention{escape(kernel)}){escape(techniques(est))}."
+                 "</p>")
     if data["microbatches"] is not None:
         head += f"<p>Pipeline: {escape(pipeline_words(est))}.</p>"
     where = ""

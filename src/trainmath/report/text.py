@@ -8,17 +8,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..hardware import PCIE, gpu
+from ..hardware import HOST_LINKS, gpu
 from ..memory.finetune import describe, headline, share
 from ..memory.recipes import recipe
-from ..memory.sharding import OFFLOAD_ALIASES
 from ..model.moe import active_params
 from ..planner.candidates import Plan
 from ..runs.estimates import Estimate
 from ..units import Bytes
 from ..time.calibration import accuracy
-from .facts import (assumed, band_words, change_words, fit, headroom_words, load_words,
-                    pipeline_words, routing_name, routing_words)
+from .facts import (assumed, band_words, change_words, fit, headroom_words, host_what,
+                    load_words, pipeline_words, routing_name, routing_words, techniques,
+                    techniques_of)
 
 if TYPE_CHECKING:  # imported only where --suggest runs, so the command starts faster
     from ..planner.suggest import Suggestions
@@ -59,7 +59,7 @@ def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
         lines.append(f"activations: s = {batch.seq_len}, b = {batch.micro_batch}, recompute "
                      f"{est.checkpointing.describe()}, {t.implementation} kernels "
                      f"({t.attention} attention"
-                     f"{kernel}{cast})")
+                     f"{kernel}{cast}){techniques(est)}")
     if est.microbatches is not None:
         lines.append(f"pipeline: {pipeline_words(est)}")
     where = f" (pipeline stage {est.pipeline_stage}, the fullest)" if lay.pp > 1 else ""
@@ -87,8 +87,12 @@ def render(est: Estimate, suggestions: Suggestions | None = None) -> str:
         if lay.pp == 1:
             every = (sum((a.korthikanti * n for a, n in est.saved[0].mix), Bytes(0)) if mixed
                      else layer * shape.layers)
-            lines.append(f"  all {shape.layers} layers keep {Bytes(math.ceil(every.n)).format('GB', 2)}; "
-                         "the embedding, the loss and norm statistics make up the rest")
+            rest = ("in CPU memory (offloaded): the GPU keeps the output head's and the loss's"
+                    if est.training.activation_offload != "none" else
+                    "the embedding, the loss and norm statistics make up the rest")
+            sep = " " if est.training.activation_offload != "none" else "; "
+            lines.append(f"  all {shape.layers} layers keep {Bytes(math.ceil(every.n)).format('GB', 2)}"
+                         + sep + rest)
     top = est.peak.peak
     stage = f" on stage {est.peak_stage}" if lay.pp > 1 else ""
     lines.append(row("peak of a step", top.total) + f"   ({top.phase}{stage})")
@@ -215,14 +219,11 @@ def whole_gb(b: Bytes) -> str:
 
 def _host_lines(est: Estimate) -> list[str]:
     """The CPU memory that offload needs, per device and per node."""
-    t = est.training
-    if t.offload == "none":
+    what = host_what(est)
+    if not what:
         return []
-    flag = {v: k for k, v in OFFLOAD_ALIASES.items()}.get(t.offload, t.offload)
-    moved = ("master weights, optimizer states, gradient partition" if t.offload == "optimizer"
-             else "every sharded state")
-    tier = "NVMe" if est.run.tiers.offload_to == "nvme" else "CPU memory"
-    lines = [f"{tier} (--offload {flag}: {moved}):",
+    nvme = est.run.tiers.offload_to == "nvme" and est.training.offload != "none"
+    lines = [f"{'NVMe' if nvme else 'CPU memory'} ({what}):",
              f"  per device       {Bytes(math.ceil(est.host.n)).format('GB', 2):>12}  "
              f"{Bytes(math.ceil(est.host.n)).format('GiB', 2):>12}"]
     if est.host_per_node is not None:
@@ -238,11 +239,13 @@ def _host_lines(est: Estimate) -> list[str]:
 def _pcie_lines(est: Estimate) -> list[str]:
     """What offload sends over PCIe each step, and the least time it takes at the GPU's link."""
     t = est.pcie
+    if t is None:
+        return []
     up, down = Bytes(math.ceil(t.to_gpu.n)), Bytes(math.ceil(t.to_host.n))
     lines = [f"  over PCIe        {up.format('GB', 2):>12}  to the GPU, {down.format('GB', 2)} "
              "to the host, each step"]
     if t.seconds is None:
-        lines.append("    not timed: the PCIe rate is known for --gpu " + ", ".join(PCIE))
+        lines.append("    not timed: the PCIe rate is known for --gpu " + ", ".join(HOST_LINKS))
     else:
         lines += [f"    at least {t.seconds:.2f} s at {t.rate / 1e9:g} GB/s each way; the CPU's "
                   "optimizer step is not timed", f"    ({t.rate_source})"]
@@ -348,7 +351,7 @@ def render_plan(p, top: int = 10, explain: bool = False) -> str:
              f"s = {p.seq_len}, {p.global_batch} sequences per step, recipe {t.recipe}, "
              f"{t.implementation} kernels"
              + (f", recompute op with policy {t.recompute_policy}" if t.recompute_policy else "")
-             + (", under torch.compile" if t.compiled else ""),
+             + (", under torch.compile" if t.compiled else "") + techniques_of(t),
              *(f"note: {w}" for w in p.warnings),
              f"assumed: tensor cores at {p.share:.0%} of their benchmarks' rates; {p.kernel_used} "
              f"attention; {p.overlap.describe()}; NVLink {f.nvlink / 1e9:g} GB/s, network "

@@ -267,6 +267,9 @@ def run(
     cp_kind: str = "ring",
     recompute_policy: str | None = None,
     compiled: bool = False,
+    loss: str = "standard",
+    loss_chunks: int | None = None,
+    activation_offload: str = "none",
 ) -> Run:
     """A :class:`Run` from plain keywords: ``model`` may be a preset name, ``gpu`` a GPU kind
     (``"h100-sxm"``: its usable memory, see :class:`Gpu`) and ``gpu_memory`` an amount, a text
@@ -284,7 +287,9 @@ def run(
     (:class:`trainmath.memory.offload.Tiers`). ``schedule`` is the pipeline schedule and
     ``cp_kind`` how context parallelism splits attention (:class:`~trainmath.parallel.layout.Layout`).
     ``recompute="op"`` takes a ``recompute_policy`` and ``compiled`` runs the layers under
-    ``torch.compile`` (:mod:`trainmath.memory.checkpointing`).
+    ``torch.compile`` (:mod:`trainmath.memory.checkpointing`). ``loss`` (standard, chunked into
+    ``loss_chunks``, or Liger's fused kernel) and ``activation_offload`` (none, sync, overlap)
+    are the memory techniques of :mod:`trainmath.memory.loss` and :mod:`trainmath.memory.act_offload`.
 
     >>> r = run("llama-2-7b", dp=8, zero_stage=1)
     >>> r.params, r.training.recipe, r.training.implementation, r.assumed
@@ -305,7 +310,9 @@ def run(
                           mlp_kernel=mlp_kernel, attention=attention,
                           optimizer_impl=optimizer_impl, offload=offload,
                           routing=Routing(capacity_factor, pad_to_capacity, expert_load),
-                          recompute_policy=recompute_policy, compiled=compiled),
+                          recompute_policy=recompute_policy, compiled=compiled,
+                          loss=loss, loss_chunks=loss_chunks,
+                          activation_offload=activation_offload),
         layout=Layout(dp=dp, tp=tp, pp=pp, cp=cp, v=v, sequence_parallel=sequence_parallel, ep=ep,
                       stages=stages, etp=etp, schedule=schedule, cp_kind=cp_kind),
         batch=Batch(seq_len, micro_batch, global_batch),

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..hardware import Peak, gpu as _accelerator, pcie
+from ..memory.act_offload import MIN_OFFLOAD_BYTES, offloaded_activations
 from ..memory.activations import LayerActivations
 from ..memory.checkpointing import Checkpointing, checkpointing, timed_recompute
 from ..derivations import Derivation, bytes_text
@@ -198,7 +199,8 @@ class Estimate:
     saved: tuple[StageActivations | None, ...] = ()
     #: ZeRO-3/FSDP's unsharded units on the peak's stage (None below stage 3)
     gathered: GatheredUnits | None = None
-    #: host (CPU) memory one device's offloaded model states need (0 without offload)
+    #: host (CPU) memory one device's offloaded model states and activations need (0 without
+    #: offload)
     host: Bytes = Bytes(0)
     #: with a :class:`~trainmath.runs.description.Budget`: FLOPs per token, time to train, GPU-hours
     time: TrainingTime | None = None
@@ -213,6 +215,9 @@ class Estimate:
     derivations: tuple[Derivation, ...] = ()
     #: a mixture of experts with a sequence: its split, routing and every expert load
     experts: Experts | None = None
+    #: host memory the activations offloaded from the fullest device take (part of
+    #: :attr:`host`; 0 without activation offload, :mod:`trainmath.memory.act_offload`)
+    offloaded_activations: Bytes = Bytes(0)
 
     @property
     def training(self) -> Training:
@@ -280,7 +285,8 @@ class Estimate:
         GPU), and with offload the node's CPU memory and NVMe (:func:`trainmath.memory.offload.tier_needs`;
         capacity None where the run does not give it). Every device of a node is
         counted as the fullest one."""
-        return _tiers(self.run, self.host, self.device, self.needed - self.paged)
+        return _tiers(self.run, self.host - self.offloaded_activations,
+                      self.offloaded_activations, self.device, self.needed - self.paged)
 
     @property
     def fits(self) -> bool | None:
@@ -383,14 +389,16 @@ def estimate(run: Run) -> Estimate:
     if batch.global_batch is not None:
         m = _microbatches(batch.global_batch, lay.dp, batch.micro_batch)
         bubble = _bubble(lay.pp, m, lay.v, lay.schedule)
-    layer, acts_of, devices, inputs, peaks, top = _stages(run, m, every_stage=True)
+    layer, acts_of, devices, inputs, peaks, top, acts_moved = _stages(run, m, every_stage=True)
     stage_acts = tuple(acts_of.values())
     stages = tuple(devices.values())
     moved = [offloaded(d, r, t.offload) for d in stages]
     stages = tuple(d for d, _ in moved)
     device = fullest(stages)
-    step = _step(run)
-    before, host, time = devices[device.stage], moved[device.stage][1], _time(run, step)
+    acts_host = acts_moved[device.stage]
+    step = _step(run, acts_host)
+    before, time = devices[device.stage], _time(run, step)
+    host = moved[device.stage][1] + acts_host
     fsdp2 = r.name == "fsdp2" and lay.tp == 1 and lay.pp == 1
     if fsdp2:  # the formula over the even split; the figures are FSDP2's padded shards
         kinds = state_derivations_of(_even(run, per, before), per, t.recipe, t.optimizer,
@@ -403,8 +411,9 @@ def estimate(run: Run) -> Estimate:
                     gathered=inputs[top].gathered, host=host, time=time, step=step,
                     on_device=_on_device(run, peaks[top]),
                     derivations=_derivations(run, kinds, before, device, acts, peak=peaks[top],
-                                             peak_stage=top, host=host, time=time, step=step),
-                    experts=_experts(run, peaks[top]))
+                                             peak_stage=top, host=host - acts_host, time=time,
+                                             step=step, acts_host=acts_host),
+                    experts=_experts(run, peaks[top]), offloaded_activations=acts_host)
 
 
 def _experts(run: Run, peak: StepPeak) -> Experts | None:
@@ -455,6 +464,12 @@ def _stages(run: Run, m: int | None, every_stage: bool):
     if batch.seq_len is not None:
         layer, acts_of = activations(shape=shape, layout=lay, training=t, batch=batch,
                                      microbatches=m, stages=wanted)
+    moved = dict.fromkeys(wanted, Bytes(0))  # activations offloaded to host memory, by stage
+    back = Bytes(0)
+    if batch.seq_len is not None and t.activation_offload != "none":
+        for i, a in acts_of.items():
+            acts_of[i], moved[i] = offloaded_activations(a)
+        back = layer.total  # a layer's tensors, back on the device for its backward
     acts = [Bytes(0) if a is None else a.total for a in acts_of.values()]
     devices = dict(zip(wanted, _device_memory(shape, lay, zero_stage=t.zero_stage, per=per,
                                               acts=acts, stages=wanted)))
@@ -463,11 +478,11 @@ def _stages(run: Run, m: int | None, every_stage: bool):
         devices = {0: fsdp2_device(shape=shape, layout=lay, training=t, device=devices[0])}
     inputs = {i: offloaded_inputs(stage_inputs(shape=shape, layout=lay, training=t, batch=batch,
                                                device=devices[i], activations=acts_of[i],
-                                               fsdp2=fsdp2), t.offload)
+                                               fsdp2=fsdp2, brought_back=back), t.offload)
               for i in peaked if i in devices}
     peaks = {i: _step_peak(v) for i, v in inputs.items()}
     top = max(peaks, key=lambda i: (peaks[i].bytes, -i))
-    return layer, acts_of, devices, inputs, peaks, top
+    return layer, acts_of, devices, inputs, peaks, top, moved
 
 
 def _peak(run: Run) -> StepPeak:
@@ -476,7 +491,7 @@ def _peak(run: Run) -> StepPeak:
     batch, lay = run.batch, run.layout
     m = None if batch.global_batch is None else _microbatches(batch.global_batch, lay.dp,
                                                               batch.micro_batch)
-    *_, peaks, top = _stages(run, m, every_stage=False)
+    *_, peaks, top, _ = _stages(run, m, every_stage=False)
     return peaks[top]
 
 
@@ -503,8 +518,8 @@ def _where(run: Run, d: DeviceMemory) -> str:
 
 def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
                  acts: StageActivations | None, *, peak: StepPeak, peak_stage: int, host: Bytes,
-                 time: TrainingTime | None, step: StepPrediction | None = None
-                 ) -> tuple[Derivation, ...]:
+                 time: TrainingTime | None, step: StepPrediction | None = None,
+                 acts_host: Bytes = Bytes(0)) -> tuple[Derivation, ...]:
     """Every figure's arithmetic, in the order of :attr:`Estimate.derivations`: the kinds (with
     what offload moved), the activations, the host memory, the total, the peak, the fit, the
     time."""
@@ -517,12 +532,15 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     if acts is not None:
         b = run.batch
         how = (f"s = {b.seq_len}, b = {b.micro_batch}, {t.implementation} kernels, recompute "
-               f"{t.recompute}")
+               f"{t.recompute}" + ("" if t.loss == "standard" else f", loss {t.loss}")
+               + ("" if t.activation_offload == "none" else ", activations offloaded"))
         out.append(activation_derivation(acts, device.stage, how, lay.pp > 1))
     total = sum((x.value.n for x in out), Fraction(0))
     names, values = [x.name for x in out], [x.value for x in out]
     if host_term is not None:
         out.append(host_term)
+    if t.activation_offload != "none" and acts is not None:
+        out.append(_acts_host_derivation(acts, acts_host))
     out.append(Derivation("total", " + ".join(names), (),
                           " + ".join(bytes_text(v.n) for v in values) + f" = {bytes_text(total)}",
                           device.total, Bytes(total), "the sum of the kinds above; not the peak, "
@@ -532,7 +550,8 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     out.append(_device_derivation(shown))
     if run.gpu is not None:
         out.append(_fit_derivation(run, shown))
-    tiers = _tiers(run, host, device, Bytes(math.ceil(shown.process.typical.n)) + run.overhead)
+    tiers = _tiers(run, host, acts_host, device,
+                   Bytes(math.ceil(shown.process.typical.n)) + run.overhead)
     if len(tiers) > 1 and verdict(tiers)[0] is not None:
         out.append(_tier_derivation(run, tiers))
     if step is not None:
@@ -540,6 +559,19 @@ def _derivations(run: Run, kinds, before: DeviceMemory, device: DeviceMemory,
     if time is not None:
         out.append(_time_derivation(time))
     return tuple(out)
+
+
+def _acts_host_derivation(kept: StageActivations, moved: Bytes) -> Derivation:
+    """The host memory offloaded activations take: every saved tensor of the embedding, the
+    layers and the final norm, but those under the offload threshold."""
+    return Derivation(
+        "host memory for activations", "saved tensors − what stays on the device",
+        (("kept", f"on the device: the output head's and the loss's tensors and those under "
+                  f"{MIN_OFFLOAD_BYTES:,} bytes, {bytes_text(kept.total.n)}"),),
+        f"{bytes_text(moved.n)} in host memory; {bytes_text(kept.total.n)} on the device",
+        moved, moved, "trainmath.memory.act_offload: torchtune's and TRL's OffloadActivations "
+        "(min_offload_size 1024 bytes, the output head not offloaded), measured with "
+        "saved-tensor hooks", "offload")
 
 
 def _device_derivation(d: OnDevice) -> Derivation:
@@ -582,17 +614,22 @@ def _fit_derivation(run: Run, d: OnDevice) -> Derivation:
     return Derivation("fits", formula, inputs, arithmetic, None, None, source, "fits")
 
 
-def _tiers(run: Run, host: Bytes, device: DeviceMemory, needed: Bytes) -> tuple[Tier, ...]:
-    """:attr:`Estimate.tiers` of a run whose fullest device needs ``needed`` on the GPU and
-    offloads ``host``."""
+def _tiers(run: Run, host: Bytes, acts: Bytes, device: DeviceMemory, needed: Bytes
+           ) -> tuple[Tier, ...]:
+    """:attr:`Estimate.tiers` of a run whose fullest device needs ``needed`` on the GPU,
+    offloads ``host`` of model states (to CPU memory or NVMe, by the run's tiers) and ``acts`` of
+    activations (always to CPU memory)."""
     gpu = Tier("GPU", needed, None if run.gpu is None else run.gpu.memory)
     t, tiers, n = run.training, run.tiers, run.gpus_per_node
-    if t.offload == "none" or n is None:
+    if n is None or (t.offload == "none" and not acts.n):
         return (gpu,)
-    cpu, nvme = tier_needs(host, offload_to=tiers.offload_to, offload=t.offload,
-                           gpus=min(n, run.layout.gpus),
-                           partition_params=math.ceil(device.params / device.zero_group),
-                           weight_bytes=recipe(t.recipe).weights)
+    node = min(n, run.layout.gpus)
+    cpu, nvme = Bytes(0), Bytes(0)
+    if t.offload != "none":
+        cpu, nvme = tier_needs(host, offload_to=tiers.offload_to, offload=t.offload, gpus=node,
+                               partition_params=math.ceil(device.params / device.zero_group),
+                               weight_bytes=recipe(t.recipe).weights)
+    cpu = cpu + acts * node
     return gpu, Tier("CPU memory", cpu, tiers.host_memory), Tier("NVMe", nvme, tiers.nvme)
 
 
@@ -651,9 +688,11 @@ def _on_device(run: Run, peak: StepPeak, paged: Bytes = Bytes(0)) -> OnDevice:
     return on_device(peak.bytes, gpu=kind, layout=run.layout, node_gpus=node, paged=paged)
 
 
-def _step(run: Run) -> StepPrediction | None:
+def _step(run: Run, offloaded: Bytes = Bytes(0)) -> StepPrediction | None:
     """The predicted step of a run the step-time model can time: a shape, a sequence, a global
-    batch, a GPU kind with a tensor-core peak in the recipe's precision, no adapter, no offload."""
+    batch, a GPU kind with a tensor-core peak in the recipe's precision, no adapter, no offload
+    of model states; ``offloaded``, the activations one micro-batch offloads to host memory,
+    whose copies the step waits for as its ``activation_offload`` says."""
     shape, t, b = run.shape, run.training, run.batch
     if (shape is None or b.seq_len is None or b.global_batch is None or run.gpu is None
             or run.gpu.kind is None or run.adapter is not None or untimed_reason(t)):
@@ -671,7 +710,8 @@ def _step(run: Run) -> StepPrediction | None:
                    micro_batch=b.micro_batch, zero_stage=t.zero_stage, recompute=rc,
                    recipe=t.recipe, implementation=t.implementation, fabric=fabric,
                    overlap=timing.overlap, kernel=timing.kernel, sustained=timing.sustained,
-                   routing=t.routing, compiled=t.compiled)
+                   routing=t.routing, compiled=t.compiled, loss=t.loss, loss_chunks=t.chunks,
+                   activation_offload=t.activation_offload, offloaded=float(offloaded.n))
     peak = _accelerator(run.gpu.kind).peak(peak_precision(r))
     tps = b.global_batch * b.seq_len / st.total
     mfu = tps * flops_per_token(shape, b.seq_len).model / (run.layout.gpus * peak.flops)

@@ -5,7 +5,9 @@ Each rule returns the :class:`~trainmath.problems.Problem` s it finds. Rules tha
 owns live there and are only listed here: a layout's splits
 (:func:`trainmath.parallel.layout.layout_problems`), kernels
 (:func:`trainmath.memory.kernels.kernel_problems`,
-:func:`trainmath.memory.kernels.context_parallel_problems`), a training setup's offload
+:func:`trainmath.memory.kernels.context_parallel_problems`,
+:func:`trainmath.memory.kernels.loss_problems`,
+:func:`trainmath.memory.kernels.activation_offload_problems`), a training setup's offload
 (:func:`trainmath.memory.training.offload_problems`), a GPU's peaks
 (:meth:`trainmath.hardware.Accelerator.peak_problems`). The rules written here are those that
 need several parts at once: a sequence and the model's positions, a recipe and a layout, a
@@ -18,7 +20,8 @@ from __future__ import annotations
 from ..hardware import GPU_ALIASES, GPUS, gpu as accelerator
 from ..memory.finetune import ADAPTER_RECIPES, Adapter, model_problems
 from ..memory.checkpointing import compile_problems, policy_problems
-from ..memory.kernels import context_parallel_problems, kernel_problems
+from ..memory.kernels import (activation_offload_problems, context_parallel_problems,
+                              kernel_problems, loss_problems)
 from ..memory.recipes import peak_precision, peak_precision_problems, recipe
 from ..memory.training import Training
 from ..model.moe import Routing, routing_problems
@@ -146,6 +149,11 @@ def adapter_problems(adapter: Adapter, *, shape: ModelShape | None, layout: Layo
     if t.offload != "none":
         problems.append(Problem(("offload",), f"offload {t.offload!r} with an adapter is not "
                                 "modelled; accepted: offload 'none'"))
+    for name, value in (("loss", t.loss), ("activation_offload", t.activation_offload)):
+        if value not in ("standard", "none"):
+            problems.append(Problem((name,), f"{name} {value!r} with an adapter is not "
+                                    "modelled; accepted: " + ("loss 'standard'" if name == "loss"
+                                                              else "activation_offload 'none'")))
     if timed:
         problems.append(Problem(("tokens", "mfu"), "a time to train with an adapter is not modelled "
                                 "(its backward computes no gradients for the frozen weights, so 6 "
@@ -175,4 +183,6 @@ def run_problems(model: ModelShape, *, layout: Layout, training: Training, batch
                                 implementation=t.implementation, tp=lay.tp, cp=lay.cp)
     problems += compile_problems(model, compiled=t.compiled, recompute=t.recompute,
                                  implementation=t.implementation)
+    problems += loss_problems(t.loss, t.loss_chunks, tp=lay.tp, seq_len=batch.seq_len)
+    problems += activation_offload_problems(t.activation_offload, pp=lay.pp)
     return problems + fsdp2_problems(t.recipe, lay) + routing_problems(model, t.routing)

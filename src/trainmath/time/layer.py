@@ -33,6 +33,7 @@ from ..model.shape import ModelShape
 from .attention import eager_time, flash_time
 from .gemm import HBM_EFFICIENCY, KERNEL_SECONDS, gemm_time
 from .memory_bound import layer_bytes_per_token, loss_bytes_per_token
+from ..memory.loss import FUSED_LOSS_LOADS_STORES, liger_chunk_size
 
 
 @dataclass(frozen=True)
@@ -194,15 +195,27 @@ def _op_gemm(model: ModelShape, op: str, T: int, tp: int, d: Device) -> float:
 
 
 @lru_cache(maxsize=1024)
-def head_work(model: ModelShape, *, tokens: int, tp: int, device: Device) -> Work:
+def head_work(model: ModelShape, *, tokens: int, tp: int, device: Device,
+              loss: str = "standard", chunks: int = 1) -> Work:
     """The last stage's LM head (forward and both backward GEMMs) and loss for ``tokens`` tokens
-    on one GPU: the vocabulary split tp ways (Megatron's vocabulary-parallel cross-entropy)."""
+    on one GPU: the vocabulary split tp ways (Megatron's vocabulary-parallel cross-entropy).
+
+    ``loss`` (:data:`trainmath.memory.kernels.LOSS_KINDS`): a "chunked" loss runs the same
+    GEMMs and element-wise ops in ``chunks`` pieces (four kernels each); Liger's "fused" kernel
+    runs the three GEMMs in its forward, chunk by chunk, and its online softmax moves 3 × 2
+    bytes per logit instead of :data:`~trainmath.time.memory_bound.LOSS_BYTES_PER_LOGIT`
+    (:data:`trainmath.memory.loss.FUSED_LOSS_LOADS_STORES` 16-bit loads and stores)."""
     v = -(-model.vocab // tp)
     T, h = tokens, model.hidden
     fwd = gemm_time(T, v, h, gpu=device.gpu, precision=device.precision, scale=device.sustained)
     bwd = _backward(T, v, h, device)
     bw = HBM_EFFICIENCY * accelerator(device.gpu).hbm_bandwidth
-    return Work(fwd + bwd, 0.0, T * loss_bytes_per_token(v) / bw + 4 * KERNEL_SECONDS)
+    if loss == "fused":
+        rows = liger_chunk_size(T, h, v)
+        pieces = -(-T // rows)
+        return Work(fwd + bwd, 0.0, T * v * FUSED_LOSS_LOADS_STORES * 2 / bw
+                    + 4 * pieces * KERNEL_SECONDS)
+    return Work(fwd + bwd, 0.0, T * loss_bytes_per_token(v) / bw + 4 * chunks * KERNEL_SECONDS)
 
 
 @lru_cache(maxsize=1024)

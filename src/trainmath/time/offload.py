@@ -10,7 +10,7 @@ over NVLink that :mod:`trainmath.time.communication` counts), and sends its grad
 update runs on the host, so the weights do not return.
 
 :func:`offload_traffic` gives those bytes per GPU per step; :attr:`OffloadTraffic.seconds`
-the least time at the link's rate (:data:`trainmath.hardware.PCIE`), the two directions at once.
+the least time at the link's rate (:data:`trainmath.hardware.HOST_LINKS`), the two directions at once.
 Not timed: the CPU's Adam step (DeepSpeed states only that its CPU Adam is 5.1 to 6.5 times
 faster than PyTorch's, ``docs/_pages/training.md``; no absolute throughput), how much of the
 transfer hides behind the backward, and NVMe's reads and writes.

@@ -47,7 +47,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 
-from ..hardware import gpu as accelerator
+from ..hardware import gpu as accelerator, host_link
+from ..memory.act_offload import offload_seconds
 from ..memory.kernels import implementation as _implementation
 from ..memory.recipes import peak_precision, recipe as _recipe
 from ..model.moe import Routing, dispatch
@@ -158,6 +159,9 @@ class StepTime:
     ep: float = 0.0
     microbatches: int = 1
     stages: tuple[float, ...] = ()
+    #: offloaded activations' copies to and from host memory the step waits for
+    #: (:func:`trainmath.memory.act_offload.offload_seconds`)
+    offload: float = 0.0
 
     @property
     def compute(self) -> float:
@@ -172,19 +176,20 @@ class StepTime:
     @property
     def total(self) -> float:
         """Seconds per step: every part together."""
-        return self.compute + self.optimizer + self.bubble + self.communication
+        return self.compute + self.optimizer + self.bubble + self.communication + self.offload
 
     def parts(self) -> dict[str, float]:
         """Seconds by part, in the order outputs show them."""
         return {"GEMMs": self.gemm, "attention": self.attention, "memory-bound": self.memory,
                 "optimizer": self.optimizer, "bubble": self.bubble, "tp comm": self.tp,
-                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep}
+                "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep,
+                "host copies": self.offload}
 
     def overheads(self) -> dict[str, float]:
         """Seconds beyond the model's own compute, by cause."""
         return {"recompute": self.recompute, "bubble": self.bubble, "tp comm": self.tp,
                 "cp comm": self.cp, "pp comm": self.pp, "dp comm": self.dp, "ep comm": self.ep,
-                "optimizer": self.optimizer}
+                "optimizer": self.optimizer, "host copies": self.offload}
 
     @property
     def limit(self) -> str:
@@ -232,7 +237,8 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
               implementation: str, fabric: Fabric, overlap: Overlap = Overlap(),
               kernel: str | None = None, sustained: float | None = None,
               precision: str | None = None, compiled: bool = False,
-              routing: Routing = Routing()) -> StepTime:
+              routing: Routing = Routing(), loss: str = "standard", loss_chunks: int = 1,
+              activation_offload: str = "none", offloaded: float = 0.0) -> StepTime:
     """Predicted seconds per optimizer step of one layout and setting (module docstring).
 
     ``implementation`` decides the attention (eager or flash, and which flash kernel unless
@@ -243,21 +249,27 @@ def step_time(model: ModelShape, lay: Layout, *, seq_len: int, global_batch: int
     (:func:`trainmath.time.memory_bound.layer_bytes_per_token`). A mixture's ``routing``
     (:class:`trainmath.model.moe.Routing`) sets its experts' rows: balanced, padded to a
     capacity, or the load it counts, on the busiest device, which the all-to-alls wait for;
-    the all-to-all moves that device's rows.
+    the all-to-all moves that device's rows. ``loss`` and ``loss_chunks`` time the loss as it
+    runs (:func:`trainmath.time.layer.head_work`); ``offloaded`` bytes of one micro-batch's
+    activations cross the GPU's host link (:func:`trainmath.hardware.host_link`) each way, and
+    ``activation_offload`` says what the step waits for
+    (:func:`trainmath.memory.act_offload.offload_seconds`): every copy ("sync"), or what
+    outlasts the forward and backward compute it overlaps ("overlap").
     """
     return _step_time(model, lay, seq_len, global_batch, micro_batch, zero_stage, recompute,
                       recipe, implementation, fabric, overlap, kernel, sustained, precision,
-                      compiled, routing)
+                      compiled, routing, loss, loss_chunks, activation_offload, float(offloaded))
 
 
 @lru_cache(maxsize=8192)
 def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
-               gemm_precision, compiled, routing=Routing()):
+               gemm_precision, compiled, routing=Routing(), loss="standard", chunks=1,
+               act_offload="none", offloaded=0.0):
     # the stages without context parallelism's traffic are the same under every cp kind and
     # every schedule of one placement: timed once, the traffic and the bubble added here
-    m, stage_t, stage_parts, dp_tails, opt, passes, layers, attention = _stage_times(
+    m, stage_t, stage_parts, dp_tails, opt, passes, layers, attention, host_x = _stage_times(
         model, _core(lay), s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
-        gemm_precision, compiled, routing)
+        gemm_precision, compiled, routing, loss, chunks, act_offload, offloaded)
     cp_layer = 0.0 if lay.cp == 1 else _cp_layer(
         model, (lay.tp, lay.cp, lay.cp_kind), s, b, rc, _recipe(recipe_name).compute, fabric,
         attention)
@@ -271,7 +283,8 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     return StepTime(gemm=m * work.gemm, attention=m * work.attention, memory=m * work.memory,
                     recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
                     tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
-                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t))
+                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t),
+                    offload=m * host_x[crit])
 
 
 @lru_cache(maxsize=8192)
@@ -315,7 +328,8 @@ def _cp_layer(model, split, s, b, rc, compute_bytes, fabric, attention) -> float
 
 @lru_cache(maxsize=8192)
 def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, kernel, scale,
-                 gemm_precision, compiled, routing=Routing()):
+                 gemm_precision, compiled, routing=Routing(), loss="standard", chunks=1,
+                 act_offload="none", offloaded=0.0):
     """Each stage's seconds a micro-batch without context parallelism's traffic, and what
     :func:`_step_time` adds it and the bubble from."""
     r = _recipe(recipe_name)
@@ -379,7 +393,9 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
     g = r.reduce_bytes or r.gradients
     n_dp = groups["dp"][0]
     stage_t, stage_parts, dp_tails, opt = [], [], [], []
-    head = head_work(model, tokens=T, tp=lay.tp, device=device)
+    head = head_work(model, tokens=T, tp=lay.tp, device=device, loss=loss, chunks=chunks)
+    link = host_link(gpu) if act_offload != "none" else 0.0
+    host_x = []  # each stage's host copies per micro-batch
     emb = embedding_work(model, tokens=T, tp=lay.tp, device=device)
     pp_send = 0.0
     if lay.pp > 1:
@@ -403,13 +419,14 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
         key = (tuple(held.items()), sp.layer_sharded, sp.layer_replicated, sp.embedding,
                sp.lm_head, sp.final_norm, sp.expert, first, last)
         if key in seen:
-            t_i, parts_i, tail_i, opt_i, passes_i, layers_i = seen[key]
+            t_i, parts_i, tail_i, opt_i, passes_i, layers_i, host_i = seen[key]
             passes.append(passes_i)
             layers.append(layers_i)
             stage_t.append(t_i)
             stage_parts.append(parts_i)
             dp_tails.append(tail_i)
             opt.append(opt_i)
+            host_x.append(host_i)
             continue
         n_layers = sum(held.values())
         work, recomputed_i, moe_layers = None, 0.0, 0
@@ -440,7 +457,13 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
         tp_i = n_layers * tp_layer + extra_tp
         ep_i = moe_layers * ep_layer
         comm = tp_i + ep_i + pp_send + fsdp
-        stage_t.append(work.total + comm)
+        host_i = 0.0
+        if link:
+            host_i = offload_seconds(act_offload, moved=offloaded, link=link,
+                                     forward=n_layers * layer_compute_f,
+                                     backward=n_layers * layer_compute_b)
+        host_x.append(host_i)
+        stage_t.append(work.total + comm + host_i)
         stage_parts.append((work, recomputed_i, tp_i, pp_send, fsdp, ep_i))
         dp_tails.append(tail)
         sharded = z >= 1 and n_dp > 1
@@ -451,9 +474,9 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
                        sum(n * weight_grad[k] for k, n in held.items())))
         layers.append(n_layers)
         seen[key] = (stage_t[-1], stage_parts[-1], dp_tails[-1], opt[-1], passes[-1],
-                     layers[-1])
+                     layers[-1], host_x[-1])
     return (m, tuple(stage_t), tuple(stage_parts), tuple(dp_tails), tuple(opt), tuple(passes),
-            tuple(layers), (lw.forward.attention, lw.backward.attention))
+            tuple(layers), (lw.forward.attention, lw.backward.attention), tuple(host_x))
 
 
 def _fill(lay: Layout, stage_t: list[float], passes: tuple[tuple[float, float], ...], crit: int
