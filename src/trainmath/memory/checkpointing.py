@@ -151,14 +151,20 @@ def policy_problems(model: ModelShape, *, recompute: str, policy: str | None, im
                                 "(a mixture of experts or latent attention) is not modelled; "
                                 "accepted: a dense model with multi-head or grouped-query "
                                 "attention"))
-    if implementation != "megatron-te":
-        problems.append(Problem(("recompute", "implementation"), "recompute 'op' is modelled "
-                                f"with implementation 'megatron-te', got {implementation!r}; "
-                                "accepted: megatron-te"))
+    problems += _megatron_te_only("recompute", "recompute 'op'", implementation)
     if tp > 1 or cp > 1:
         problems.append(Problem(("recompute", "tp", "cp"), f"recompute 'op' with tp = {tp}, "
                                 f"cp = {cp} is not modelled; accepted: tp = 1 and cp = 1"))
     return problems
+
+
+def _megatron_te_only(field: str, what: str, implementation: str) -> list[Problem]:
+    """The rule both choices keep: ``what`` is modelled, as measured, with the megatron-te
+    kernels only."""
+    if implementation == "megatron-te":
+        return []
+    return [Problem((field, "implementation"), f"{what} is modelled with implementation "
+                    f"'megatron-te', got {implementation!r}; accepted: megatron-te")]
 
 
 def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
@@ -176,10 +182,7 @@ def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
         problems.append(Problem(("compile", "model"), f"compile for {model.name!r} is not "
                                 "modelled; accepted: a dense model with RMSNorm before each "
                                 "block, a gated MLP, no dropout, no query/key norms"))
-    if implementation != "megatron-te":
-        problems.append(Problem(("compile", "implementation"), "compile is modelled with "
-                                f"implementation 'megatron-te', got {implementation!r}; "
-                                "accepted: megatron-te"))
+    problems += _megatron_te_only("compile", "compile", implementation)
     if recompute not in ("none", "full"):
         problems.append(Problem(("compile", "recompute"), f"compile with recompute {recompute!r} "
                                 "is not modelled; accepted: recompute none or full"))
