@@ -37,6 +37,8 @@
   var showTimer = 0;
   var inlineShown = false;
   var printing = false;
+  var pointerAt = ""; // "x,y": where the pointer last really moved to, in the viewport
+  var keyboard = false; // a key was pressed since the pointer last moved
 
   /* ---------------------------------------------------------------- helpers */
 
@@ -315,13 +317,16 @@
   function onOver(e) {
     var rec = claimOf(e.target);
     if (!rec || hovered === rec) return; // not a number, or moving inside the number
+    // The page scrolled a number under a pointer at rest while the reader uses the keyboard:
+    // not a hover, and it must not take the popup from the focused number.
+    if (keyboard && pointerAt === e.clientX + "," + e.clientY) return;
     hovered = rec;
     if (rec === dismissed) return;
     dismissed = null;
     clearTimeout(showTimer);
     if (api.hoverDelay > 0) {
       showTimer = setTimeout(function () {
-        if (hovered === rec) show(rec, "hover");
+        if (hovered === rec && !(keyboard && claimOf(document.activeElement))) show(rec, "hover");
       }, api.hoverDelay);
     } else {
       show(rec, "hover");
@@ -363,7 +368,15 @@
     hide();
   }
 
+  function onMove(e) {
+    var at = e.clientX + "," + e.clientY;
+    if (at === pointerAt) return; // the browser's own move after a scroll: the pointer rests
+    pointerAt = at;
+    keyboard = false;
+  }
+
   function onKey(e) {
+    keyboard = true;
     if (e.altKey || e.ctrlKey || e.metaKey) return;
     var inPopup = popup && popup.contains(e.target);
     if (e.key === "Escape" || e.key === "Esc") {
@@ -645,6 +658,7 @@
     buildPopup();
     bindAll();
     buildToggle();
+    document.addEventListener("mousemove", onMove, {capture: true, passive: true});
     document.addEventListener("mouseover", onOver);
     document.addEventListener("mouseout", onOut);
     document.addEventListener("focusin", onFocusIn);
