@@ -128,7 +128,7 @@ LABELS = {"model": "Model", "params": "or its size", SETUP: "How you train", "gp
           "dp": "GPUs", "seq-len": "Sequence (tokens)", "micro-batch": "Micro-batch",
           "gpus": "GPUs in all", "global-batch": "Batch (sequences)"}
 #: What an empty field means where the flag has no default value to show.
-EMPTY_MEANS = {"model": "choose a model", SETUP: "as the options below say",
+EMPTY_MEANS = {"model": "choose a model", SETUP: "as set below",
                "recipe": "the model's own", "zero": "the recipe's", "gpu": "none: no fit check",
                "seq-len": "none: no activations", "implementation": "the model's own",
                "optimizer-impl": "the recipe's", "attention": "the kernels'",
