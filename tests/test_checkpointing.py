@@ -85,7 +85,7 @@ def test_rules_name_their_fields():
             implementation="megatron-te")
     with pytest.raises(Invalid, match="accepted: tp = 1 and cp = 1"):
         run(LLAMA, seq_len=8192, recompute="op", tp=2, implementation="megatron-te")
-    with pytest.raises(Invalid, match="accepted: recompute none or full"):
+    with pytest.raises(Invalid, match="accepted: recompute none, full or op"):
         run(LLAMA, seq_len=8192, recompute="selective", compiled=True,
             implementation="megatron-te")
     with pytest.raises(Invalid, match="accepted: megatron-te"):
@@ -121,3 +121,23 @@ def test_the_command_states_the_policy():
     bad = execute(["estimate", "--model", "llama-3-8b", "--seq-len", "8192", "--compile",
                    "--recompute", "selective", "--implementation", "megatron-te"])
     assert bad.status == 2 and "compile with recompute 'selective'" in bad.stderr
+
+
+def test_compiled_op_policy_keeps_what_the_backward_reads():
+    """torch.compile over torchtitan's policy (validate/measure/checkpointing.py, the
+    compile-op-saved records): the compiled forward hands the backward q, v, the attention
+    kernel's outputs and gate, not down's output, which only the residual sum reads."""
+    from trainmath.memory.checkpointing import checkpointing
+    from trainmath.model.presets import preset
+
+    m = preset("llama-3-8b")
+    eager = checkpointing(m, recompute="op", policy=None, compiled=False)
+    compiled = checkpointing(m, recompute="op", policy=None, compiled=True)
+    assert eager.saved == ("q", "v", "attention", "gate", "down")
+    assert compiled.saved == ("q", "v", "attention", "gate")
+    assert compiled.recomputed == eager.recomputed == ("k", "o", "up")
+    # a layer at s 8192: the down projection's output, b·s·h bf16 values, less than eager
+    e = run(LLAMA, seq_len=8192, recompute="op", implementation="megatron-te")
+    c = run(LLAMA, seq_len=8192, recompute="op", compiled=True, implementation="megatron-te")
+    drop = estimate(e).layer.total.n - estimate(c).layer.total.n
+    assert drop == 2 * 8192 * 4096

@@ -48,6 +48,33 @@ class _NoFake:
         return False
 
 
+@pytest.mark.parametrize("policy", checkpointing.POLICIES)
+def test_compile_op_fake_equals_real(policy, monkeypatch):
+    """torch.compile over op-level checkpointing: the bytes its forward saves, on fake tensors
+    and on real ones."""
+    from validate.measure import saved
+
+    fake = checkpointing.measure_compiled_op(SMALL, 96, 2, policy)
+    measure = saved.measure_saved
+    monkeypatch.setattr(saved, "measure_saved", functools.partial(measure, fake=False))
+    real = checkpointing.measure_compiled_op(SMALL, 96, 2, policy)
+    assert fake["per_layer"] == real["per_layer"] and fake["total"] == real["total"]
+
+
+def test_compile_op_drops_what_the_backward_does_not_read():
+    """Compiled, torchtitan's policy keeps the layer input, q, v, the attention kernel's output
+    and log-sum-exp, and gate; eager checkpointing also caches down's output (b·s·h values),
+    which only the residual sum reads."""
+    h, s, b = SMALL["hidden"], 96, 2
+    eager = checkpointing.measure_op_sac(SMALL, s, b, "torchtitan")
+    compiled = checkpointing.measure_compiled_op(SMALL, s, b, "torchtitan")
+    q, kv, f = h, SMALL["kv_heads"] * h // SMALL["heads"], SMALL["ffn"]
+    per_layer = 2 * b * s * (h + q + kv + q + f) + 4 * b * s * SMALL["heads"]
+    assert compiled["per_layer"] == [per_layer] * SMALL["layers"]
+    layer = eager["layer_shown"]
+    assert eager["per_layer"][layer] - compiled["per_layer"][layer] == 2 * b * s * h
+
+
 def test_compile_fake_equals_real(monkeypatch):
     from validate.measure import saved
 

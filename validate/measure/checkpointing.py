@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 import weakref
 
 import torch
@@ -56,6 +57,17 @@ METHOD = (
     "ids and targets. Policies: 'torchtitan' (its save set, the CPU flash kernel standing in for "
     "the CUDA one, and every second mm recomputed, the count restarting in each layer), "
     "'attention' (only the attention kernel's outputs saved). A step's peak as kind step."
+)
+
+METHOD_COMPILE_OP = (
+    "Every decoder layer of the reference model wrapped in torch.utils.checkpoint.checkpoint("
+    "use_reentrant=False) with create_selective_checkpoint_contexts(policy) as for kind op-sac, "
+    "then torch.compile(fullgraph=True) with AOTAutograd's min_cut_rematerialization_partition "
+    "and no code generation (torchtitan applies its checkpointing before compiling each block); "
+    "under FakeTensorMode at full size. Dynamo turns the checkpoint into its higher-order op, "
+    "AOTAutograd tags each node with the policy's decision and the partitioner keeps those tags; "
+    "what the compiled forward saves for backward (ctx.save_for_backward) is counted as for kind "
+    "saved: storages, each once, parameters apart."
 )
 
 METHOD_COMPILE = (
@@ -279,6 +291,113 @@ def compile_layers(net: nn.Module, s: int, b: int = 1) -> None:
     traced(*first.parameters(), x, cos, sin)
     for i, layer in enumerate(layers):
         layers[i] = Compiled(layer, traced)
+
+
+class _CheckpointedForCompile(nn.Module):
+    """:class:`Checkpointed` for ``torch.compile``: Dynamo takes a ``context_fn`` defined
+    outside the compiled region (a function made in ``forward``, like :class:`Checkpointed`'s,
+    raises "checkpoint not implemented for NestedUserFunctionVariable context_fn"), as
+    torchtitan's ``_apply_op_sac`` makes it before compiling its blocks."""
+
+    def __init__(self, layer: nn.Module, context_fn) -> None:
+        super().__init__()
+        self.layer = layer
+        self.context_fn = context_fn
+
+    def forward(self, *args):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.layer, *args, use_reentrant=False, preserve_rng_state=False,
+                          context_fn=self.context_fn)
+
+
+def compile_op_layers(net: nn.Module, policy: str, s: int, b: int = 1) -> None:
+    """Every decoder layer of ``net`` under op-level checkpointing with ``policy`` and then
+    ``torch.compile`` (torchtitan's order: ``apply_ac`` before ``apply_compile``), with
+    AOTAutograd's min-cut partitioner and no code generation. Dynamo turns the checkpoint into
+    its higher-order op and AOTAutograd tags each node with the policy's decision, which the
+    partitioner keeps (MUST_SAVE saved where the backward needs it, PREFER_RECOMPUTE
+    recomputed). Dynamo captures the first layer once, here, on inputs made for it (it refuses
+    to run under the saved-tensor counter's dispatch mode: "non-infra torch dispatch mode
+    present"); every layer then calls what the ``aot_autograd`` backend returned, as the
+    compiled frame would, with its own parameters."""
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    make = {"torchtitan": torchtitan_policy, "attention": attention_policy}[policy]
+
+    def context_fn():
+        return create_selective_checkpoint_contexts(make())
+
+    def nop(gm, _inputs):
+        return make_boxed_func(gm)
+
+    backend = aot_autograd(fw_compiler=nop, bw_compiler=nop,
+                           partition_fn=min_cut_rematerialization_partition)
+    captured = {}
+
+    def capture(gm, example_inputs):
+        captured["fn"] = backend(gm, example_inputs)
+        captured["inputs"] = list(example_inputs)
+        return captured["fn"]
+
+    layers = decoder_layers(net)
+    first = layers[0]
+    p = next(first.parameters())
+    x = torch.zeros(b, s, first.h, dtype=p.dtype, requires_grad=True)
+    cos, sin = torch.zeros(s, first.d, dtype=p.dtype), torch.zeros(s, first.d, dtype=p.dtype)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():  # Dynamo instantiates the norms' autograd.Function itself,
+        warnings.simplefilter("ignore", DeprecationWarning)  # which warns (an error under pytest)
+        torch.compile(_CheckpointedForCompile(first, context_fn), backend=capture,
+                      fullgraph=True)(x, (cos, sin), None)
+    names = {id(t): n for n, t in first.named_parameters()}
+    order = []
+    for t in captured["inputs"]:
+        if id(t) in names:
+            order.append(names[id(t)])
+        else:
+            found = [k for k, v in (("x", x), ("cos", cos), ("sin", sin)) if v is t]
+            if not found:
+                raise RuntimeError(f"the compiled layer takes an input that is not a parameter, x, "
+                                   f"cos or sin: {type(t).__name__} {getattr(t, 'shape', t)}")
+            order.append("=" + found[0])
+    for i, layer in enumerate(layers):
+        layers[i] = _CompiledOp(layer, captured["fn"], tuple(order))
+
+
+class _CompiledOp(nn.Module):
+    """One decoder layer run through the compiled function :func:`compile_op_layers` captured,
+    its inputs in the captured graph's order (``"=x"``, ``"=cos"``, ``"=sin"`` or a parameter's
+    name)."""
+
+    def __init__(self, layer: nn.Module, fn, order: tuple[str, ...]) -> None:
+        super().__init__()
+        self.layer = layer
+        self.fn = fn
+        self.order = order
+
+    def forward(self, x, rope, mask):
+        if mask is not None:
+            raise ValueError("compiled layers are measured with SDPA (no mask); accepted: "
+                             "reference-sdpa")
+        given = {"=x": x, "=cos": rope[0], "=sin": rope[1]}
+        params = dict(self.layer.named_parameters())
+        out = self.fn(*[given[k] if k in given else params[k] for k in self.order])
+        return out[0] if isinstance(out, (list, tuple)) else out
+
+
+def measure_compiled_op(model: str, s: int, b: int = 1, policy: str = "torchtitan",
+                        layers: int | None = None) -> dict:
+    """What the reference model saves for backward with its layers under op-level checkpointing
+    and compiled (:func:`compile_op_layers`), counted as ``saved.measure_saved`` counts it: the
+    compiled function saves with ``ctx.save_for_backward``, no policy cache is left at run time."""
+    from . import saved
+
+    with _building(functools.partial(compile_op_layers, policy=policy, s=s, b=b)):
+        return saved.measure_saved(model, "reference-sdpa", s, b, "bf16", layers=layers,
+                                   backward=True)
 
 
 def measure_compiled(model: str, s: int, b: int = 1, layers: int | None = None) -> dict:

@@ -89,6 +89,8 @@ class Config:
             return checkpointing.measure_op_sac(self.model, self.s, self.b, self.policy)
         if self.kind == "compile-saved":
             return checkpointing.measure_compiled(self.model, self.s, self.b)
+        if self.kind == "compile-op-saved":
+            return checkpointing.measure_compiled_op(self.model, self.s, self.b, self.policy)
         if self.kind in ("op-sac-step", "compile-step"):
             prepare = (functools.partial(checkpointing.compile_layers, s=self.s, b=self.b)
                        if self.kind == "compile-step" else
@@ -132,7 +134,7 @@ class Config:
                     "dtype": {"parameters": _dt(param_dtype), "compute": compute},
                     "optimizer": {"name": "torch.optim.AdamW", "foreach": self.foreach},
                     "dp": self.dp, "rank": self.rank}
-        if self.kind.startswith("op-sac"):
+        if self.kind.startswith(("op-sac", "compile-op")):
             out["policy"] = self.policy
         return out
 
@@ -213,6 +215,11 @@ def configurations() -> list[Config]:
         out.append(Config("compile-saved", model, "reference-sdpa", s, precision="bf16"))
     out.append(Config("compile-step", "llama-3-8b", "reference-sdpa", 8192, recipe="fsdp2-bf16",
                       dp=8))
+    # torch.compile over op-level checkpointing, as torchtitan runs both (apply_ac, then
+    # apply_compile)
+    for policy in ("torchtitan", "attention"):
+        out.append(Config("compile-op-saved", "llama-3-8b", "reference-sdpa", 8192,
+                          precision="bf16", policy=policy))
     # 7. issue 24's techniques: a chunked loss (torchtune's LinearCrossEntropyLoss) and
     # activations offloaded to host memory, in the run issue 24 names (Llama-3-8B at s 8192)
     for loss, chunks in (("standard", 0), ("chunked", 8), ("chunked", 16)):
@@ -241,6 +248,7 @@ def methods() -> dict:
         "saved": saved.METHOD,
         "op_sac": checkpointing.METHOD,
         "compile": checkpointing.METHOD_COMPILE,
+        "compile_op": checkpointing.METHOD_COMPILE_OP,
         "finetune": finetune.METHOD,
         "techniques": techniques.METHOD,
         "states": step.METHOD_STATES,

@@ -29,8 +29,9 @@ latent attention under SDPA, which no GPU takes) says why and is not predicted
 Records of kinds ``op-sac-saved`` and ``op-sac-step`` ran the reference model's layers under
 op-level selective checkpointing with a policy (``policy``: torchtitan's, or "attention", the
 attention kernel's outputs alone), ``compile-saved`` and ``compile-step`` with its layers split
-by torch.compile's min-cut partitioner (validate/measure/checkpointing.py); they are predicted
-with ``recompute="op"`` and that policy, or ``compiled=True``
+by torch.compile's min-cut partitioner, ``compile-op-saved`` with both (the policy, then
+compiled, as torchtitan applies them) (validate/measure/checkpointing.py); they are predicted
+with ``recompute="op"`` and that policy, or ``compiled=True``, or both
 (:mod:`trainmath.memory.checkpointing`), and compared as the saved and step kinds are.
 """
 
@@ -148,7 +149,10 @@ def estimate_of(config: dict) -> Estimate:
     kw = dict(seq_len=config["s"], micro_batch=config["b"], optimizer="adamw",
               implementation=MEASURED_IMPLEMENTATIONS[config["implementation"]])
     kind = config["kind"]
-    if kind.startswith("op-sac-"):
+    if kind.startswith("compile-op-"):
+        kw |= dict(recompute="op", recompute_policy=MEASURED_POLICIES[config["policy"]],
+                   compiled=True)
+    elif kind.startswith("op-sac-"):
         kw |= dict(recompute="op", recompute_policy=MEASURED_POLICIES[config["policy"]])
     elif kind.startswith("compile-"):
         kw |= dict(compiled=True)
@@ -217,7 +221,7 @@ def compare(config: dict) -> list[Comparison]:
         return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
                            _whole(e.layer.total)),
                 Comparison(cid, "activations", "whole model", m["total"], _whole(e.activations))]
-    if config["kind"] in ("saved", "compile-saved"):
+    if config["kind"] in ("saved", "compile-saved", "compile-op-saved"):
         if "layer_groups" in m:  # layers of several kinds: each group against its kind
             shape = e.run.shape
             layers = [Comparison(cid, "activations", _layers_named(g["layers"]), g["bytes"],

@@ -343,7 +343,7 @@ _POLICY_HELP = ("with --recompute op: torchtitan (its SelectiveAC: matmul and at
                 "saved, every second matmul recomputed; the default) or the ops whose outputs are "
                 "saved, comma-separated from " + ",".join(LAYER_OPS))
 _COMPILE_HELP = ("the layers run under torch.compile: its min-cut partitioner decides what is "
-                 "saved for backward (recompute none or full)")
+                 "saved for backward (recompute none, full, or op: the policy's tags kept)")
 
 
 def parse_recompute_policy(text: str) -> str:

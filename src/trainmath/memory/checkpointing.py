@@ -173,7 +173,8 @@ def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
     Llama-style layer (dense, RMSNorm before each block, a gated MLP, no dropout, no norms of
     Q and K, no latent attention) with the megatron-te kernels, and with no recomputation or
     full recomputation (an op-level or Korthikanti policy's tags are preferences the
-    partitioner may override)."""
+    partitioner may override) or an op-level policy (its tags the partitioner keeps:
+    :func:`op_layer`)."""
     if not compiled:
         return []
     problems = []
@@ -183,9 +184,9 @@ def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
                                 "modelled; accepted: a dense model with RMSNorm before each "
                                 "block, a gated MLP, no dropout, no query/key norms"))
     problems += _megatron_te_only("compile", "compile", implementation)
-    if recompute not in ("none", "full"):
+    if recompute not in ("none", "full", "op"):
         problems.append(Problem(("compile", "recompute"), f"compile with recompute {recompute!r} "
-                                "is not modelled; accepted: recompute none or full"))
+                                "is not modelled; accepted: recompute none, full or op"))
     return problems
 
 
@@ -211,10 +212,18 @@ def _op_bytes(model: ModelShape, op: str, v: int, tokens: Fraction) -> list[Save
 
 def op_layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     """What one layer keeps under the op-level policy ``k.policy`` (module docstring): its input,
-    kept by the checkpoint, and the saved ops' outputs, on one device (tp = cp = 1)."""
+    kept by the checkpoint, and the saved ops' outputs, on one device (tp = cp = 1).
+
+    Compiled (``k.compiled``: torch.compile over the checkpointed layer, torchtitan's order),
+    the partitioner saves a ``MUST_SAVE`` node only where the backward graph uses it. The down
+    projection's output feeds the residual sum alone, whose gradient needs neither operand, so
+    it is not kept; eager checkpointing caches every ``MUST_SAVE`` output for the recompute,
+    used or not. Measured: ``compile-op-saved`` records in docs/_data/measurements.json."""
     tokens = sp.tokens
     out = [Saved("layer", "layer input (checkpoint)", Bytes(k.value_bytes * tokens * model.hidden))]
     for op in saved_ops(model, k.policy or "torchtitan"):
+        if k.compiled and op == "down":
+            continue
         out += _op_bytes(model, op, k.value_bytes, tokens)
     return LayerActivations(tuple(out))
 
@@ -271,12 +280,13 @@ class Checkpointing:
 
 def checkpointing(model: ModelShape, *, recompute: str, policy: str | None,
                   compiled: bool) -> Checkpointing:
-    """The :class:`Checkpointing` of a run of ``model``."""
+    """The :class:`Checkpointing` of a run of ``model`` (compiled, the down projection's output
+    is not saved: :func:`op_layer`)."""
     if recompute != "op":
         return Checkpointing(recompute, None, (), (), compiled)
     name = policy or "torchtitan"
-    return Checkpointing(recompute, name, saved_ops(model, name), recomputed_ops(model, name),
-                         compiled)
+    saved = tuple(op for op in saved_ops(model, name) if not (compiled and op == "down"))
+    return Checkpointing(recompute, name, saved, recomputed_ops(model, name), compiled)
 
 
 def timed_recompute(model: ModelShape, *, recompute: str, policy: str | None) -> str:
