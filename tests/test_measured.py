@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmath.checks.measured import (MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, TECHNIQUES, Comparison, comparable, compare, compare_all, compare_schedule)
+from trainmath.checks.measured import (CONTEXT_PARALLEL, MEASURED_IMPLEMENTATIONS, MEASURED_PRECISIONS, MEASURED_RECIPES, TECHNIQUES, Comparison, comparable, compare, compare_all, compare_schedule, shape_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "_data" / "measurements.json"
@@ -51,7 +51,7 @@ def test_the_schedules_measured_cover_every_schedule():
 
 def test_the_file_is_the_measurements_schema():
     assert DOC["schema"] == "trainmath-measurements/1"
-    issue24 = [c for c in ALL if c["id"].startswith(("op-sac-", "compile-"))]
+    issue24 = [c for c in ALL if c["id"].startswith(("op-sac-", "compile-", "cp-"))]
     # six LoRA configurations, 38 of today's families, six steps with issue 24's techniques
     assert len(ALL) - len(issue24) == 118 + 6 + 38 + 6
     assert len(NOT_COMPARED) == 2  # DeepSeek-V3 under SDPA on the CPU, at both lengths
@@ -133,7 +133,8 @@ def test_every_quantity_is_compared():
     """Saved: one layer, the whole model, the weight copies; step: four kinds of state, their
     total, the step counters and the peak."""
     comparisons = compare_all(DOC)
-    saved = sum(c["kind"] in ("saved", "compile-saved", "compile-op-saved") for c in CONFIGS)
+    saved = sum(c["kind"] in ("saved", "compile-saved", "compile-op-saved", "cp-saved")
+                for c in CONFIGS)
     op_saved = sum(c["kind"] == "op-sac-saved" for c in CONFIGS)  # no weight copies to compare
     lora = sum(c["kind"] == "finetune" for c in CONFIGS)
     techniques = sum(c["kind"] in TECHNIQUES for c in CONFIGS)
@@ -142,8 +143,10 @@ def test_every_quantity_is_compared():
     groups = sum(len(c["measured"].get("layer_groups", [None])) - 1 for c in CONFIGS
                  if c["kind"] == "saved")
     # a technique's step adds what stays saved on the device, the host bytes and two phase peaks
+    # a context-parallel rank's step adds the forward's and the backward's highest moments
+    cp_steps = sum(c["kind"] == "cp-step" for c in CONFIGS)
     assert len(comparisons) == (3 * saved + 2 * op_saved + groups + 7 * steps + 12 * lora
-                                + 4 * techniques)
+                                + 4 * techniques + 2 * cp_steps)
     states = [c for c in comparisons if c.kind == "states"]
     assert all(c.measured == c.predicted for c in states)
 
@@ -227,3 +230,45 @@ def test_offloaded_activations_leave_the_output_head_on_the_device():
     s, V, h = 8192, 128256, 4096
     assert m["saved"] == 4 * s * V + 2 * s * h + 8 * s + 4
     assert m["saved"] + m["host"]["after_forward"] == _record("standard")["measured"]["saved"]
+
+
+CP_RECORDS = [c for c in CONFIGS if c["kind"] == "cp-saved"]
+CP_STEPS = [c for c in CONFIGS if c["kind"] == "cp-step"]
+
+
+def test_ulysses_is_measured_with_deepspeeds_own_attention():
+    """DeepSpeed-Ulysses' DistributedAttention on one rank of cp 2, 4 and 8, Llama-3-8B at s
+    8192 (validate/measure/context.py, run by ``make validate``)."""
+    assert all(c["kind"] in CONTEXT_PARALLEL for c in CP_RECORDS + CP_STEPS)
+    for records in (CP_RECORDS, CP_STEPS):
+        assert {(c["context_parallel"]["kind"], c["context_parallel"]["cp"]) for c in records} == {
+            ("ulysses", 2), ("ulysses", 4), ("ulysses", 8)}
+    assert {c["context_parallel"]["implementation"] for c in CP_RECORDS + CP_STEPS} == {
+        "deepspeed.sequence.layer.DistributedAttention"}
+    assert DOC["versions"]["deepspeed"] == "0.19.8"
+
+
+@pytest.mark.parametrize("config", CP_RECORDS, ids=[c["id"] for c in CP_RECORDS])
+def test_a_ulysses_rank_saves_what_the_library_predicts(config):
+    """Per rank, within the activations' 1%: one layer and the whole model; and the layer is
+    more than a ring's cp-th by the output projection's own input, 2·(s/cp)·h bytes, which
+    DeepSpeed's second all-to-all makes (measured: ``clone`` of the output's layout)."""
+    from trainmath.memory.activations import layer_activations
+    for c in compare(config):
+        assert c.ok, c.describe()
+    cp, s, h = config["context_parallel"]["cp"], config["s"], config["shape"]["hidden"]
+    m = config["measured"]
+    ring = layer_activations(shape_of(config), s, 1, cp=cp, implementation="megatron-te").total.n
+    assert m["per_layer"][m["layer_shown"]] - ring == 2 * (s // cp) * h
+    assert [t for t in m["layer_tensors"] if t[0] == "clone.default"] == [
+        ["clone.default", "bf16", [1, s // cp, cp, 32 // cp, 128], 2 * (s // cp) * h, "activation"]]
+
+
+@pytest.mark.parametrize("config", CP_STEPS, ids=[c["id"] for c in CP_STEPS])
+def test_a_ulysses_ranks_step_peaks_where_the_library_says(config):
+    """The states to the byte, the step's peak within 2% and in the same phase, and the
+    forward's and the backward's highest moments within 2%."""
+    for c in compare(config):
+        assert c.ok, c.describe()
+    (peak,) = [c for c in compare(config) if c.quantity == "peak"]
+    assert peak.phases[0] == peak.phases[1]

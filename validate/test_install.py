@@ -31,7 +31,8 @@ def test_installed_versions_are_the_pins():
     pins = _validate_pins()
     assert torch.__version__.split("+")[0] == pins["torch"]
     assert transformers.__version__ == pins["transformers"]
-    for name in ("peft", "bitsandbytes"):  # LoRA and QLoRA (validate/test_finetune.py)
+    # LoRA and QLoRA (validate/test_finetune.py), DeepSpeed-Ulysses (test_context_parallel.py)
+    for name in ("peft", "bitsandbytes", "deepspeed"):
         module = pytest.importorskip(name)
         assert module.__version__ == pins[name]
 

@@ -21,7 +21,7 @@ integers, bytes (not GB):
 
     schema            "trainmath-measurements/1"
     about, date       what the file is; the day it was measured (YYYY-MM-DD)
-    versions          {python, torch, transformers}
+    versions          {python, torch, transformers, deepspeed}
     methods           {saved, states, peak: how each quantity is measured (prose);
                        implementations: {name: what it is}; precisions; recipes}
     schedules         list of PyTorch's pipeline schedules run (``pipeline.py``), each:
@@ -44,7 +44,12 @@ integers, bytes (not GB):
                       partitioner, "compile-saved" and "compile-step" (``checkpointing.py``;
                       ids start with the kind), or "chunked-loss-step" or "act-offload-step"
                       (a step with a chunked loss or activations offloaded: techniques.py,
-                      their ids prefixed so)
+                      their ids prefixed so), or "cp-saved" (one rank of a context-parallel
+                      group, DeepSpeed-Ulysses' DistributedAttention in every layer: context.py;
+                      its id ends "<kind>-cp<cp>-rank<rank>/s<s>-b<b>")
+      context_parallel  (cp-saved) {kind: trainmath's --cp-kind ("ulysses"), cp, rank, and
+                      implementation: the class that ran it}; s is the whole sequence, the
+                      rank runs s/cp tokens
       policy          (op-sac-*) the checkpointing policy: "torchtitan" (its SelectiveAC) or
                       "attention" (the attention kernel's outputs alone saved)
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
@@ -119,6 +124,7 @@ integers, bytes (not GB):
         phase_peaks       {phase: highest bytes alive during it}, second step
         alive_after_step  {category: bytes} alive after the second step
         runs              (with config) as for kind "saved"
+                      kind "cp-saved": as kind "saved", for the rank's s/cp tokens
                       kind "op-sac-saved": total, per_layer, embedding, output (the
                       storages each scope allocated that are alive when the forward pass ends),
                       inputs (token ids and targets), layer_shown, layer_tensors [[op, shape,

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import checkpointing, finetune, hfconfigs, pipeline, saved, shapes, step, techniques
+from . import (checkpointing, context, finetune, hfconfigs, pipeline, saved, shapes, step,
+               techniques)
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -34,6 +35,8 @@ CONFIG_FAST = ("saved/deepseek-v3/hf-sdpa/bf16/s2048-b1", "saved/gpt-oss-20b/hf-
 #: Kinds of a whole step with a memory technique of issue 24 (techniques.py): a chunked loss,
 #: activations offloaded to host memory.
 TECHNIQUES = ("chunked-loss-step", "act-offload-step")
+#: Kinds of one rank of a context-parallel group (context.py): its saved tensors, a whole step.
+CONTEXT_PARALLEL = ("cp-saved", "cp-step")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Config:
     policy: str = ""  # op-sac-*: the checkpointing policy (checkpointing.POLICIES)
     loss: str = "standard"  # TECHNIQUES: "standard" or "chunked" (techniques.py)
     chunks: int = 0  # TECHNIQUES with loss "chunked": the chunk count
+    cp: int = 1  # CONTEXT_PARALLEL: the context-parallel size (context.py)
+    cp_kind: str = ""  # CONTEXT_PARALLEL: trainmath's --cp-kind (context.CP_KINDS)
 
     @property
     def id(self) -> str:
@@ -66,6 +71,8 @@ class Config:
             parts.append(self.precision if self.kind.endswith("saved") else self.recipe)
         if self.policy:
             parts.append(self.policy)
+        if self.kind in CONTEXT_PARALLEL:
+            parts.append(f"{self.cp_kind}-cp{self.cp}-rank{self.rank}")
         if self.foreach:
             parts.append("foreach")
         if self.dp > 1:
@@ -82,6 +89,12 @@ class Config:
         if self.kind == "finetune":
             return finetune.measure_lora(self.model, self.rank_r, self.targets, self.s, self.b,
                                          foreach=self.foreach)
+        if self.kind == "cp-step":
+            return context.measure_cp_step(self.model, self.s, self.cp, self.b, recipe=self.recipe,
+                                           kind=self.cp_kind, rank=self.rank)
+        if self.kind == "cp-saved":
+            return context.measure_cp_saved(self.model, self.s, self.cp, self.b, kind=self.cp_kind,
+                                            rank=self.rank, precision=self.precision)
         if self.kind == "saved":
             return saved.measure_saved(self.model, self.implementation, self.s, self.b,
                                        self.precision)
@@ -136,6 +149,9 @@ class Config:
                     "dp": self.dp, "rank": self.rank}
         if self.kind.startswith(("op-sac", "compile-op")):
             out["policy"] = self.policy
+        if self.kind in CONTEXT_PARALLEL:
+            out["context_parallel"] = {"kind": self.cp_kind, "cp": self.cp, "rank": self.rank,
+                                       "implementation": context.IMPLEMENTATIONS[self.cp_kind]}
         return out
 
 
@@ -230,6 +246,12 @@ def configurations() -> list[Config]:
     for loss, chunks in (("standard", 0), ("chunked", 8)):
         out.append(Config("act-offload-step", "llama-3-8b", "reference-sdpa", 8192,
                           recipe="zero-bf16", loss=loss, chunks=chunks))
+    # 8. context parallelism: DeepSpeed-Ulysses' DistributedAttention, one rank of cp
+    for cp in (2, 4, 8):
+        out.append(Config("cp-saved", "llama-3-8b", "reference-sdpa", 8192, precision="bf16",
+                          cp=cp, cp_kind="ulysses", fast=cp == 8))
+        out.append(Config("cp-step", "llama-3-8b", "reference-sdpa", 8192, recipe="zero-bf16",
+                          cp=cp, cp_kind="ulysses"))
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "configuration ids must be unique"
     return out
@@ -238,8 +260,9 @@ def configurations() -> list[Config]:
 def versions() -> dict:
     import torch
     import transformers
+    import deepspeed
     return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__}
+            "transformers": transformers.__version__, "deepspeed": deepspeed.__version__}
 
 
 def methods() -> dict:
@@ -251,6 +274,7 @@ def methods() -> dict:
         "compile_op": checkpointing.METHOD_COMPILE_OP,
         "finetune": finetune.METHOD,
         "techniques": techniques.METHOD,
+        "context_parallel": context.METHOD,
         "states": step.METHOD_STATES,
         "peak": step.METHOD_PEAK,
         "implementations": {

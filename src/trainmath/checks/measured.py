@@ -33,6 +33,11 @@ by torch.compile's min-cut partitioner, ``compile-op-saved`` with both (the poli
 compiled, as torchtitan applies them) (validate/measure/checkpointing.py); they are predicted
 with ``recompute="op"`` and that policy, or ``compiled=True``, or both
 (:mod:`trainmath.memory.checkpointing`), and compared as the saved and step kinds are.
+
+Records of kinds ``cp-saved`` and ``cp-step`` are one rank of a context-parallel group:
+DeepSpeed-Ulysses' ``DistributedAttention`` in every layer of the reference model on a fake
+process group (validate/measure/context.py); they are predicted with their ``context_parallel``
+size and kind and compared as the saved and step kinds are.
 """
 
 from __future__ import annotations
@@ -78,6 +83,10 @@ MEASURED_POLICIES = {"torchtitan": "torchtitan", "attention": "attention"}
 #: Kinds of record of a whole step with a memory technique (validate/measure/techniques.py): a
 #: chunked loss, activations offloaded to host memory.
 TECHNIQUES = ("chunked-loss-step", "act-offload-step")
+#: Kinds of record of one context-parallel rank (validate/measure/context.py: DeepSpeed-Ulysses'
+#: ``DistributedAttention``), its saved tensors and a whole step, compared as kinds "saved" and
+#: "step" are, with its cp and kind.
+CONTEXT_PARALLEL = ("cp-saved", "cp-step")
 #: Relative tolerance of each kind of quantity: states to the byte, activations 1%, peaks 2%;
 #: a pipeline schedule's counts and idle time exactly.
 TOLERANCES = {"states": Fraction(0), "activations": Fraction(1, 100), "peak": Fraction(2, 100),
@@ -161,6 +170,10 @@ def estimate_of(config: dict) -> Estimate:
         return estimate(run(shape_of(config), adapter=adapter_of(config), recipe="fp32",
                             optimizer_impl="foreach" if config["optimizer"]["foreach"] else "for-loop",
                             **kw))
+    if kind in CONTEXT_PARALLEL:  # one rank of cp: validate/measure/context.py
+        cp = config["context_parallel"]
+        kw |= dict(cp=cp["cp"], cp_kind=cp["kind"])
+        kind = kind.removeprefix("cp-")
     if kind == "saved":
         return estimate(run(shape_of(config), recipe=MEASURED_PRECISIONS[config["precision"]],
                             **kw))
@@ -221,7 +234,7 @@ def compare(config: dict) -> list[Comparison]:
         return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
                            _whole(e.layer.total)),
                 Comparison(cid, "activations", "whole model", m["total"], _whole(e.activations))]
-    if config["kind"] in ("saved", "compile-saved", "compile-op-saved"):
+    if config["kind"] in ("saved", "compile-saved", "compile-op-saved", "cp-saved"):
         if "layer_groups" in m:  # layers of several kinds: each group against its kind
             shape = e.run.shape
             layers = [Comparison(cid, "activations", _layers_named(g["layers"]), g["bytes"],
@@ -259,6 +272,19 @@ def compare(config: dict) -> list[Comparison]:
                           (p["phase"], e.peak.phase)))
     if config["kind"] in TECHNIQUES:
         out += _compare_technique(config, e)
+    if config["kind"] == "cp-step":  # the step peaks in the optimizer step: the activations'
+        out += _phase_peaks(config, e)  # own moments are the forward's and the backward's
+    return out
+
+
+def _phase_peaks(config: dict, e: Estimate) -> list[Comparison]:
+    """The highest moment of the forward and of the backward beside the measured phase peaks
+    (2%)."""
+    out = []
+    for phase in ("forward", "backward"):
+        top = max(x.total.n for x in e.peak.moments if x.phase == phase)
+        out.append(Comparison(config["id"], "peak", f"{phase} peak",
+                              config["measured"]["phase_peaks"][phase], _whole(Bytes(top))))
     return out
 
 
@@ -271,11 +297,7 @@ def _compare_technique(config: dict, e: Estimate) -> list[Comparison]:
                       _whole(e.activations)),
            Comparison(cid, "activations", "host memory (activations)", m["host"]["after_forward"],
                       _whole(e.offloaded_activations))]
-    for phase in ("forward", "backward"):
-        top = max(x.total.n for x in e.peak.moments if x.phase == phase)
-        out.append(Comparison(cid, "peak", f"{phase} peak", m["phase_peaks"][phase],
-                              _whole(Bytes(top))))
-    return out
+    return out + _phase_peaks(config, e)
 
 
 def _compare_finetune(config: dict, e: Estimate) -> list[Comparison]:

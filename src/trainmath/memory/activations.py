@@ -36,7 +36,8 @@ from .kernels import (FP32_BYTES, MASK_BYTES, MLP_KERNELS, RECOMPUTE_KINDS, STAT
 from .hf_families import hf_family, norm_keeps
 from ..model.moe import Routing, dispatch, routing_problems
 from ..model.shape import ModelShape
-from ..parallel.layout import Layout, expert_problems, sequence_problems, tensor_split_problems
+from ..parallel.layout import (Layout, context_split_problems, expert_problems, sequence_problems,
+                               tensor_split_problems, ulysses_degree)
 from ..problems import check
 from ..units import Bytes, choice, positive_int
 
@@ -133,6 +134,8 @@ class Split:
     cp: int = 1
     ep: int = 1
     etp: int | None = None
+    #: how context parallelism splits attention (:data:`~trainmath.parallel.layout.CP_KINDS`)
+    cp_kind: str = "ring"
 
     @property
     def tokens(self) -> Fraction:
@@ -241,6 +244,7 @@ def layer_activations(
     routing: Routing = Routing(),
     policy: str | None = None,
     compiled: bool = False,
+    cp_kind: str = "ring",
 ) -> LayerActivations:
     """The tensors one layer of ``model`` saves for backward, on one device.
 
@@ -299,7 +303,15 @@ def layer_activations(
     dropout masks are replicated unless ``sequence_parallel`` splits them along the sequence.
     ``cp`` (context parallelism: Liu et al. 2023, Ring Attention; Megatron-Core's context
     parallel) splits every tensor along the sequence; it is modelled with ``attention="flash"``
-    only, since ring attention never materialises the s×s scores.
+    only, since ring attention never materialises the s×s scores. ``cp_kind`` "ulysses" (and
+    the hybrid's Ulysses part, degree u = :func:`~trainmath.parallel.layout.ulysses_degree`):
+    attention runs over all s tokens for heads/u heads, the same bytes of Q, K, V, O and
+    log-sum-exp, but the output projection's input is the second all-to-all's output, a
+    storage of its own beside O (DeepSpeed's ``DistributedAttention`` in
+    ``deepspeed/sequence/layer.py``: ``_SeqAllToAll`` returns a new tensor; measured,
+    validate/measure/context.py); where u exceeds the KV heads on a rank, each rank holds one
+    KV head over all s tokens (DeepSpeed's ``UlyssesSPAttentionHF`` replicates them; not
+    measured: ``DistributedAttention`` refuses it).
 
     A mixture of experts' dispatched tokens, expert intermediates and expert outputs are
     counted for the rows its device's experts process (:func:`trainmath.model.moe.dispatch`):
@@ -320,8 +332,9 @@ def layer_activations(
     recompute = choice("recompute", recompute, RECOMPUTE_KINDS)
     family, attention = _kernels(implementation, attention)
     mlp_kernel = choice("mlp_kernel", mlp_kernel, MLP_KERNELS)
-    lay = Layout(tp=tp, cp=cp, sequence_parallel=sequence_parallel)
+    lay = Layout(tp=tp, cp=cp, sequence_parallel=sequence_parallel, cp_kind=cp_kind)
     problems = [*tensor_split_problems(model, tp), *sequence_problems(s, lay),
+                *context_split_problems(model, lay),
                 *context_parallel_problems(cp, attention), *routing_problems(model, routing)]
     if ep > 1 or etp is not None:  # the experts' split, on an expert group of etp·ep GPUs
         folded = Layout(dp=ep * (tp if etp is None else etp), tp=tp, cp=cp, ep=ep, etp=etp)
@@ -339,7 +352,7 @@ def layer_activations(
     problems += compile_problems(model, compiled=bool(compiled), recompute=recompute,
                                  implementation=impl)
     check(problems)
-    return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp, ep, etp),
+    return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp, ep, etp, cp_kind),
                   Kernels(recompute=recompute, attention=attention, family=family,
                           mlp_kernel=mlp_kernel, value_bytes=value_bytes, mask_bytes=mask_bytes,
                           stat_bytes=stat_bytes, autocast=bool(autocast), routing=routing,
@@ -516,6 +529,11 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     else:
         kv_width = q if window_mask else kv
         rep_kv = " repeated to all a heads" if window_mask and model.kv_heads < a else " (kv_heads heads)"
+        u = 1 if sp.cp == 1 else ulysses_degree(model, Layout(tp=tp, cp=sp.cp, cp_kind=sp.cp_kind))
+        kv_local = max(model.kv_heads // tp, 1)
+        if u > kv_local and not window_mask:  # one KV head per rank, replicated, over all s
+            kv_width = u * model.head_dim * tp
+            rep_kv = f" (one KV head per rank, kv_heads replicated to {u}: UlyssesSPAttentionHF)"
         out.append(saved("attention", "Q", v * tokens * q * split))
         out.append(saved("attention", f"K{rep_kv}", v * tokens * kv_width * split))
         if not model.latent:
@@ -525,8 +543,14 @@ def _layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
                              v * b * s * s))
         out.append(saved("attention", "log-sum-exp (fp32 per head and token)",
                          FP32_BYTES * tokens * a * split))
-        out.append(saved("attention", "output O, input to the output projection",
-                         v * tokens * o_width * split))
+        if u > 1:  # Ulysses: the all-to-all lays O back out over s/cp tokens, a new storage
+            out.append(saved("attention", "output O (the Ulysses group's tokens, heads/u heads)",
+                             v * tokens * o_width * split))
+            out.append(saved("attention", "the output all-to-all's result, input to the output "
+                                          "projection (Ulysses)", v * tokens * o_width * split))
+        else:
+            out.append(saved("attention", "output O, input to the output projection",
+                             v * tokens * o_width * split))
     if model.dropout:
         out.append(saved("attention", "attention dropout mask", m * tokens * h * rep))
     weights("attention", 2 * h * q + 2 * h * kv)

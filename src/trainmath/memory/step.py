@@ -79,7 +79,7 @@ def offloaded_inputs(i: StepInputs, offload: str) -> StepInputs:
 def split_of(layout: Layout, batch: Batch) -> Split:
     """One micro-batch of ``batch`` on one device of ``layout``."""
     return Split(batch.seq_len, batch.micro_batch, layout.tp, layout.sequence_parallel, layout.cp,
-                 layout.ep, layout.etp)
+                 layout.ep, layout.etp, layout.cp_kind)
 
 
 def kernels_of(training: Training, value_bytes: int | None = None, autocast: bool | None = None
