@@ -335,7 +335,7 @@ def layer_activations(
     problems += recompute_policy_problems(recompute, policy)
     impl = implementation or ("megatron-te" if attention == "flash" else "megatron-eager")
     problems += policy_problems(model, recompute=recompute, policy=policy, implementation=impl,
-                                tp=tp, cp=cp)
+                                tp=tp, cp=cp, sequence_parallel=bool(sequence_parallel))
     problems += compile_problems(model, compiled=bool(compiled), recompute=recompute,
                                  implementation=impl)
     check(problems)
