@@ -219,8 +219,7 @@ def compare(config: dict) -> list[Comparison]:
     e = estimate_of(config)
     cid, m = config["id"], config["measured"]
     if config["kind"] == "op-sac-tp-saved":  # one layer on one rank, the layer alone measured
-        return [Comparison(cid, "activations", f"one layer, rank {config['rank']} of tp "
-                           f"{config['tp']}", m["per_layer"][m["layer_shown"]],
+        return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
                            _whole(e.layer.total))]
     if config["kind"] == "op-sac-saved":  # no weight copies: bf16 parameters, no autocast
         return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
