@@ -83,8 +83,18 @@ def test_rules_name_their_fields():
     with pytest.raises(Invalid, match="layers do not run"):
         run(LLAMA, seq_len=8192, recompute="op", recompute_policy="qkv",
             implementation="megatron-te")
-    with pytest.raises(Invalid, match="accepted: tp = 1 and cp = 1"):
+    with pytest.raises(Invalid, match="accepted: cp = 1") as e:
+        run(LLAMA, seq_len=8192, recompute="op", cp=2, implementation="megatron-te")
+    assert ("recompute", "cp") in [p.fields for p in e.value.problems]
+    with pytest.raises(Invalid, match="accepted: sequence parallelism on with tp > 1"):
         run(LLAMA, seq_len=8192, recompute="op", tp=2, implementation="megatron-te")
+    with pytest.raises(Invalid, match="accepted: torchtitan with tp > 1"):
+        run(LLAMA, seq_len=8192, recompute="op", recompute_policy="attention", tp=2,
+            sequence_parallel=True, implementation="megatron-te")
+    with pytest.raises(Invalid, match="linear layers with biases"):
+        run(shape_of([c for c in DOC["configurations"] if c["model"] == "gpt3-xl"][0]),
+            seq_len=2048, recompute="op", tp=2, sequence_parallel=True,
+            implementation="megatron-te")
     with pytest.raises(Invalid, match="accepted: recompute none, full or op"):
         run(LLAMA, seq_len=8192, recompute="selective", compiled=True,
             implementation="megatron-te")
@@ -141,3 +151,80 @@ def test_compiled_op_policy_keeps_what_the_backward_reads():
     c = run(LLAMA, seq_len=8192, recompute="op", compiled=True, implementation="megatron-te")
     drop = estimate(e).layer.total.n - estimate(c).layer.total.n
     assert drop == 2 * 8192 * 4096
+    with pytest.raises(Invalid, match="measured on one rank"):  # compiled with TP: not measured
+        run(LLAMA, seq_len=8192, recompute="op", compiled=True, tp=2, sequence_parallel=True,
+            implementation="megatron-te")
+
+
+TP_RECORDS = {c["tp"]: c for c in DOC["configurations"] if c["kind"] == "op-sac-tp-saved"}
+
+
+def test_with_tensor_parallelism_a_rank_keeps_what_pytorch_kept():
+    """One Llama-3-8B layer on one rank of torchtitan's TP plan with sequence parallelism
+    (``apply_tp``, torchtitan/models/llama3/infra/parallelize.py at 238fa9953e4a), under its
+    policy, measured with DTensor on a fake process group (validate/measure/tensor_parallel.py):
+    the library within 1% of the bytes PyTorch kept, at tp = 2, 4 and 8."""
+    assert sorted(TP_RECORDS) == [2, 4, 8]
+    for tp, config in TP_RECORDS.items():
+        measured = config["measured"]["per_layer"][0]
+        a = layer_activations(shape_of(config), config["s"], config["b"], recompute="op",
+                              tp=tp, sequence_parallel=True, implementation="megatron-te")
+        assert abs(a.total.n - measured) <= 0.01 * measured, tp
+
+
+def test_with_tensor_parallelism_each_saved_tensor_is_the_plans_shard():
+    """The plan, tensor by tensor, at s 8192 (bf16; the log-sum-exp fp32): the input a 1/tp
+    sequence shard; wq (mm 1), wv (mm 3), the attention kernel and w1 (mm 5) column-parallel,
+    1/tp of their width; w2 (mm 7) row-parallel, its mm output the full s × h partial sum; both
+    reduce-scatters' outputs (in torchtitan's save set) s/tp × h. wk, wo, w3 (mm 2, 4, 6)
+    recomputed."""
+    s, h, q, kv, f, a = 8192, 4096, 4096, 1024, 14336, 32
+    for tp, config in TP_RECORDS.items():
+        expected = (2 * s * h // tp  # the layer input, kept as the previous layer's output
+                    + 2 * s * q // tp + 2 * s * kv // tp  # q and v
+                    + 2 * s * q // tp + 4 * s * a // tp  # O and its log-sum-exp
+                    + 2 * s * f // tp  # gate
+                    + 2 * s * h  # down's partial sum
+                    + 2 * (2 * s * h // tp))  # the two reduce-scatters' outputs
+        assert config["measured"]["per_layer"][0] == expected
+        ops = sorted(op for op, _shape, _n in config["measured"]["layer_tensors"])
+        assert ops.count("mm.default") == 4 and ops.count("reduce_scatter_tensor.default") == 2
+        # the all-gathers rerun in the backward, the reduce-scatters do not
+        assert config["measured"]["collectives"] == {
+            "forward": {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2},
+            "backward": {"all_gather_into_tensor": 4, "reduce_scatter_tensor": 2}}
+
+
+def test_with_tensor_parallelism_the_rerun_gathers_cost_time():
+    """Under the op-level policy with sequence parallelism the backward all-gathers the
+    attention's and the MLP's inputs again: the step's tensor-parallel time grows by the
+    forward's two all-gathers (exposed: no TP overlap), the GEMMs rerun as at tp = 1."""
+    base = dict(recipe="fsdp2", dp=1, tp=8, sequence_parallel=True, seq_len=8192,
+                global_batch=8, gpu="h100-sxm", implementation="megatron-te")
+    op = estimate(run(LLAMA, recompute="op", **base)).step.time
+    none = estimate(run(LLAMA, **base)).step.time
+    assert op.tp > none.tp
+    assert op.recompute > 0
+    # per micro-batch, without recomputation: L layers of 2 all-gathers + 2 reduce-scatters
+    # forward and as many backward, of the same b·s·h bytes (a ring: one time c each), and the
+    # final hidden gathered before the LM head and back (2c): c(8L + 2). The policy adds 2L c.
+    L = LLAMA.layers
+    assert abs((op.tp - none.tp) - none.tp * 2 * L / (8 * L + 2)) <= 1e-9 * none.tp
+
+
+def test_the_command_estimates_op_level_checkpointing_with_tensor_parallelism():
+    out = execute(["estimate", "--model", "llama-3-8b", "--seq-len", "8192", "--recompute", "op",
+                   "--tp", "8", "--sequence-parallel", "--implementation", "megatron-te",
+                   "--json"])
+    assert out.status == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["checkpointing"]["policy"] == "torchtitan"
+    assert "one layer keeps 0.141 GB" in execute(
+        ["estimate", "--model", "llama-3-8b", "--seq-len", "8192", "--recompute", "op", "--tp",
+         "8", "--sequence-parallel", "--implementation", "megatron-te"]).stdout
+    bad = execute(["estimate", "--model", "llama-3-8b", "--seq-len", "8192", "--recompute", "op",
+                   "--tp", "2", "--implementation", "megatron-te"])
+    assert bad.status == 2 and "no sequence parallelism is not modelled" in bad.stderr
+    bad = execute(["estimate", "--model", "llama-3-8b", "--seq-len", "8192", "--recompute", "op",
+                   "--cp", "2", "--implementation", "megatron-te"])
+    assert bad.status == 2 and "cp = 2 is not modelled" in bad.stderr

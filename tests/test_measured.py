@@ -68,7 +68,7 @@ def test_op_level_checkpointing_and_compile_are_measured():
     partition, saved for backward and in a whole step, Llama-3-8B at s 8192 in torchtitan's
     layout (FSDP2 on 8 GPUs) among them."""
     ids = {c["id"] for c in CHECKPOINTED}
-    assert len(CHECKPOINTED) == 11
+    assert len(CHECKPOINTED) == 14  # three of them on a rank of tp = 2, 4, 8
     # torch.compile over torchtitan's policy, as torchtitan runs both
     assert "compile-op-saved/llama-3-8b/reference-sdpa/bf16/torchtitan/s8192-b1" in ids
     assert "op-sac-step/llama-3-8b/reference-sdpa/fsdp2-bf16/torchtitan/dp8-rank0/s8192-b1" in ids
@@ -78,6 +78,7 @@ def test_op_level_checkpointing_and_compile_are_measured():
     for c in CHECKPOINTED:
         kinds = {x.kind for x in compare(c)}
         assert "peak" in kinds if c["kind"].endswith("step") else kinds == {"activations"}
+    assert {c["tp"] for c in CHECKPOINTED if c["kind"] == "op-sac-tp-saved"} == {2, 4, 8}
 
 
 def test_todays_families_are_measured():
@@ -136,16 +137,17 @@ def test_every_quantity_is_compared():
     saved = sum(c["kind"] in ("saved", "compile-saved", "compile-op-saved", "cp-saved")
                 for c in CONFIGS)
     op_saved = sum(c["kind"] == "op-sac-saved" for c in CONFIGS)  # no weight copies to compare
+    op_tp = sum(c["kind"] == "op-sac-tp-saved" for c in CONFIGS)  # one layer on one rank
     lora = sum(c["kind"] == "finetune" for c in CONFIGS)
     techniques = sum(c["kind"] in TECHNIQUES for c in CONFIGS)
-    steps = len(CONFIGS) - saved - op_saved - lora
+    steps = len(CONFIGS) - saved - op_saved - op_tp - lora
     # a record of layers of several kinds compares each group of alike layers
     groups = sum(len(c["measured"].get("layer_groups", [None])) - 1 for c in CONFIGS
                  if c["kind"] == "saved")
     # a technique's step adds what stays saved on the device, the host bytes and two phase peaks
     # a context-parallel rank's step adds the forward's and the backward's highest moments
     cp_steps = sum(c["kind"] == "cp-step" for c in CONFIGS)
-    assert len(comparisons) == (3 * saved + 2 * op_saved + groups + 7 * steps + 12 * lora
+    assert len(comparisons) == (3 * saved + 2 * op_saved + op_tp + groups + 7 * steps + 12 * lora
                                 + 4 * techniques + 2 * cp_steps)
     states = [c for c in comparisons if c.kind == "states"]
     assert all(c.measured == c.predicted for c in states)

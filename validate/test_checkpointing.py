@@ -171,3 +171,49 @@ def test_the_partition_is_inductors():
     h, kv, f = SMALL["hidden"], SMALL["kv_heads"] * 64, SMALL["ffn"]
     assert ours == 96 * (12 * h + 4 * kv + 6 * f + 4 * SMALL["heads"] + 8)  # the findings' count
     assert _saved_bytes(inductor) == ours
+
+
+# --- tensor parallelism: torchtitan's plan on a fake process group (tensor_parallel.py) --------
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_op_sac_under_tensor_parallelism_fake_equals_real(tp):
+    from validate.measure import tensor_parallel
+
+    shape = dict(SMALL, heads=8, kv_heads=4)  # the KV heads split over 4 ranks too
+    fake = tensor_parallel.measure_op_sac_tp(shape, 96, tp, 2)
+    real = tensor_parallel.measure_op_sac_tp(shape, 96, tp, 2, fake=False)
+    assert fake == real
+
+
+def test_under_tensor_parallelism_the_policy_counts_the_mm_calls_as_on_one_rank(monkeypatch):
+    """The policy sees each linear's ``aten.mm`` once, on DTensor arguments (a dispatch mode
+    runs before the tensor subclass), and decides as on one rank; the all-gathers it leaves to
+    recompute, the reduce-scatters it saves."""
+    from torch.distributed.tensor import DTensor
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from validate.measure import tensor_parallel
+
+    decisions = []
+    make = checkpointing.torchtitan_policy
+
+    def logged():
+        policy = make()
+
+        def wrapped(ctx, func, *args, **kwargs):
+            out = policy(ctx, func, *args, **kwargs)
+            name = str(func).split(".")[1]
+            if "mm" in name or "attention" in name or name.endswith(("gather_into_tensor",
+                                                                     "scatter_tensor")):
+                decisions.append((name, out == CheckpointPolicy.MUST_SAVE,
+                                  isinstance(args[0], DTensor)))
+            return out
+        return wrapped
+
+    monkeypatch.setattr(checkpointing, "torchtitan_policy", logged)
+    tensor_parallel.measure_op_sac_tp(SMALL, 32, 2)
+    gather, scatter = ("all_gather_into_tensor", False, False), ("reduce_scatter_tensor", True, False)
+    assert decisions == [
+        gather, ("mm", True, True), ("mm", False, True), ("mm", True, True),
+        ("_scaled_dot_product_flash_attention_for_cpu", True, False), ("mm", False, True), scatter,
+        gather, ("mm", True, True), ("mm", False, True), ("mm", True, True), scatter]

@@ -52,6 +52,10 @@ integers, bytes (not GB):
                       rank runs s/cp tokens
       policy          (op-sac-*) the checkpointing policy: "torchtitan" (its SelectiveAC) or
                       "attention" (the attention kernel's outputs alone saved)
+      tp, rank, sequence_parallel, tp_plan
+                      (op-sac-tp-saved: one layer on rank ``rank`` of ``tp`` under
+                      torchtitan's tensor- and sequence-parallel plan, tensor_parallel.py;
+                      ids "op-sac-tp-saved/.../torchtitan/tp<N>-rank<R>/s<s>-b<b>")
       model           shape name; shape: every hyperparameter (layers, hidden, heads,
                       kv_heads, ffn, vocab, mlp, norm, bias, tied_embeddings, positions,
                       dropout, dropout_p, norm_eps, rope_theta, sliding_window, family,
@@ -128,7 +132,10 @@ integers, bytes (not GB):
                       kind "op-sac-saved": total, per_layer, embedding, output (the
                       storages each scope allocated that are alive when the forward pass ends),
                       inputs (token ids and targets), layer_shown, layer_tensors [[op, shape,
-                      bytes], ...]; "compile-saved" as "saved"; "*-step" as "step"
+                      bytes], ...]; "op-sac-tp-saved": per_layer (one layer, on the rank),
+                      layer_shown, layer_tensors, collectives {forward, backward: {name:
+                      count}} (the functional collectives run); "compile-saved" as "saved";
+                      "*-step" as "step"
                       kinds "chunked-loss-step" and "act-offload-step" (techniques.py): as
                       kind "step", plus
         saved             bytes saved for backward that stay on the device after the forward

@@ -178,6 +178,11 @@ class _Alive(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         flat, _ = tree_flatten(out)
+        self._record(func, flat)
+        return out
+
+    def _record(self, func, flat) -> None:
+        """Note each new storage behind the tensors in ``flat``, which ``func`` returned."""
         for t in flat:
             if isinstance(t, torch.Tensor):
                 st = t.untyped_storage()
@@ -191,7 +196,6 @@ class _Alive(TorchDispatchMode):
                     self.live.pop(key, None)
                     self._refs.pop(key, None)
                 self._refs[key] = weakref.ref(st, freed)
-        return out
 
 
 def measure_op_sac(model: str, s: int, b: int = 1, policy: str = "torchtitan",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import (checkpointing, context, finetune, hfconfigs, pipeline, saved, shapes, step,
-               techniques)
+               techniques, tensor_parallel)
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -59,6 +59,7 @@ class Config:
     chunks: int = 0  # TECHNIQUES with loss "chunked": the chunk count
     cp: int = 1  # CONTEXT_PARALLEL: the context-parallel size (context.py)
     cp_kind: str = ""  # CONTEXT_PARALLEL: trainmath's --cp-kind (context.CP_KINDS)
+    tp: int = 1  # op-sac-tp-saved: the tensor-parallel ranks (tensor_parallel.py), rank 0 measured
 
     @property
     def id(self) -> str:
@@ -77,6 +78,8 @@ class Config:
             parts.append("foreach")
         if self.dp > 1:
             parts.append(f"dp{self.dp}-rank{self.rank}")
+        if self.tp > 1:
+            parts.append(f"tp{self.tp}-rank{self.rank}")
         parts.append(f"s{self.s}-b{self.b}")
         return "/".join(parts)
 
@@ -100,6 +103,9 @@ class Config:
                                        self.precision)
         if self.kind == "op-sac-saved":
             return checkpointing.measure_op_sac(self.model, self.s, self.b, self.policy)
+        if self.kind == "op-sac-tp-saved":
+            return tensor_parallel.measure_op_sac_tp(self.model, self.s, self.tp, self.b,
+                                                     self.policy)
         if self.kind == "compile-saved":
             return checkpointing.measure_compiled(self.model, self.s, self.b)
         if self.kind == "compile-op-saved":
@@ -152,6 +158,9 @@ class Config:
         if self.kind in CONTEXT_PARALLEL:
             out["context_parallel"] = {"kind": self.cp_kind, "cp": self.cp, "rank": self.rank,
                                        "implementation": context.IMPLEMENTATIONS[self.cp_kind]}
+        if self.kind == "op-sac-tp-saved":
+            out |= {"tp": self.tp, "rank": self.rank, "sequence_parallel": True,
+                    "tp_plan": "torchtitan"}
         return out
 
 
@@ -227,6 +236,10 @@ def configurations() -> list[Config]:
                       dp=8, policy="torchtitan"))
     out.append(Config("op-sac-step", "llama-2-7b", "reference-sdpa", 4096, recipe="zero-bf16",
                       policy="torchtitan"))
+    # one layer on one rank of torchtitan's tensor- and sequence-parallel plan (tensor_parallel.py)
+    for tp in (2, 4, 8):
+        out.append(Config("op-sac-tp-saved", "llama-3-8b", "reference-sdpa", 8192,
+                          precision="bf16", policy="torchtitan", tp=tp, fast=tp == 2))
     for model, s in (("llama-3-8b", 8192), ("llama-2-7b", 4096)):
         out.append(Config("compile-saved", model, "reference-sdpa", s, precision="bf16"))
     out.append(Config("compile-step", "llama-3-8b", "reference-sdpa", 8192, recipe="fsdp2-bf16",
@@ -270,6 +283,7 @@ def methods() -> dict:
     return {
         "saved": saved.METHOD,
         "op_sac": checkpointing.METHOD,
+        "op_sac_tp": tensor_parallel.METHOD,
         "compile": checkpointing.METHOD_COMPILE,
         "compile_op": checkpointing.METHOD_COMPILE_OP,
         "finetune": finetune.METHOD,

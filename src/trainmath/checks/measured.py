@@ -38,6 +38,10 @@ Records of kinds ``cp-saved`` and ``cp-step`` are one rank of a context-parallel
 DeepSpeed-Ulysses' ``DistributedAttention`` in every layer of the reference model on a fake
 process group (validate/measure/context.py); they are predicted with their ``context_parallel``
 size and kind and compared as the saved and step kinds are.
+
+Records of kind ``op-sac-tp-saved`` ran one layer on one rank of torchtitan's tensor- and
+sequence-parallel plan under its policy (validate/measure/tensor_parallel.py): their one layer
+is compared with the prediction at that ``tp`` with sequence parallelism.
 """
 
 from __future__ import annotations
@@ -163,6 +167,8 @@ def estimate_of(config: dict) -> Estimate:
                    compiled=True)
     elif kind.startswith("op-sac-"):
         kw |= dict(recompute="op", recompute_policy=MEASURED_POLICIES[config["policy"]])
+        if kind == "op-sac-tp-saved":  # one rank of torchtitan's tensor-parallel plan
+            kw |= dict(tp=config["tp"], sequence_parallel=config["sequence_parallel"])
     elif kind.startswith("compile-"):
         kw |= dict(compiled=True)
     kind = kind.rpartition("-")[2] if kind.startswith(("op-sac-", "compile-")) else kind
@@ -230,6 +236,9 @@ def compare(config: dict) -> list[Comparison]:
                          "a configuration without 'not_compared' (comparable())")
     e = estimate_of(config)
     cid, m = config["id"], config["measured"]
+    if config["kind"] == "op-sac-tp-saved":  # one layer on one rank, the layer alone measured
+        return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
+                           _whole(e.layer.total))]
     if config["kind"] == "op-sac-saved":  # no weight copies: bf16 parameters, no autocast
         return [Comparison(cid, "activations", "one layer", m["per_layer"][m["layer_shown"]],
                            _whole(e.layer.total)),

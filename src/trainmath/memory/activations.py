@@ -348,9 +348,9 @@ def layer_activations(
     problems += recompute_policy_problems(recompute, policy)
     impl = implementation or ("megatron-te" if attention == "flash" else "megatron-eager")
     problems += policy_problems(model, recompute=recompute, policy=policy, implementation=impl,
-                                tp=tp, cp=cp)
+                                tp=tp, cp=cp, sequence_parallel=bool(sequence_parallel))
     problems += compile_problems(model, compiled=bool(compiled), recompute=recompute,
-                                 implementation=impl)
+                                 implementation=impl, tp=tp)
     check(problems)
     return _layer(model, Split(s, b, tp, bool(sequence_parallel), cp, ep, etp, cp_kind),
                   Kernels(recompute=recompute, attention=attention, family=family,

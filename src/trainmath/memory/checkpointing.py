@@ -131,12 +131,13 @@ def recompute_policy_problems(recompute: str, policy: str | None) -> list[Proble
 
 
 def policy_problems(model: ModelShape, *, recompute: str, policy: str | None, implementation: str,
-                    tp: int, cp: int) -> list[Problem]:
+                    tp: int, cp: int, sequence_parallel: bool = False) -> list[Problem]:
     """The rules of an op-level policy for ``model``: it names ops the layer has; it is
     modelled, as measured, for dense layers (no mixture of experts, no latent attention) with
     the megatron-te kernels (flash attention: eager attention's ``bmm`` outputs would be saved
-    too) and without tensor or context parallelism (their collectives and shards are not
-    counted here)."""
+    too), without context parallelism (its ring's collectives are not counted here), and with
+    tensor parallelism only as torchtitan runs it (:func:`op_layer`): sequence parallelism on,
+    torchtitan's policy, projections without biases (a rowwise bias is not measured)."""
     if recompute != "op":
         return []
     problems = []
@@ -152,9 +153,21 @@ def policy_problems(model: ModelShape, *, recompute: str, policy: str | None, im
                                 "accepted: a dense model with multi-head or grouped-query "
                                 "attention"))
     problems += _megatron_te_only("recompute", "recompute 'op'", implementation)
-    if tp > 1 or cp > 1:
-        problems.append(Problem(("recompute", "tp", "cp"), f"recompute 'op' with tp = {tp}, "
-                                f"cp = {cp} is not modelled; accepted: tp = 1 and cp = 1"))
+    if cp > 1:
+        problems.append(Problem(("recompute", "cp"), f"recompute 'op' with cp = {cp} is not "
+                                "modelled; accepted: cp = 1"))
+    if tp > 1 and not sequence_parallel:
+        problems.append(Problem(("recompute", "tp", "sequence_parallel"), f"recompute 'op' with "
+                                f"tp = {tp} and no sequence parallelism is not modelled; accepted: "
+                                "sequence parallelism on with tp > 1 (torchtitan's plan), or tp = 1"))
+    if tp > 1 and policy not in (None, "torchtitan"):
+        problems.append(Problem(("recompute_policy", "tp"), f"recompute policy {policy!r} with "
+                                f"tp = {tp} is not modelled (which collectives it saves is not "
+                                "stated); accepted: torchtitan with tp > 1, or tp = 1"))
+    if tp > 1 and (model.bias or model.qkv_bias):
+        problems.append(Problem(("recompute", "tp", "model"), f"recompute 'op' with tp = {tp} "
+                                f"for {model.name!r} (linear layers with biases) is not modelled; "
+                                "accepted: a model without biases, or tp = 1"))
     return problems
 
 
@@ -168,13 +181,13 @@ def _megatron_te_only(field: str, what: str, implementation: str) -> list[Proble
 
 
 def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
-                     implementation: str) -> list[Problem]:
+                     implementation: str, tp: int = 1) -> list[Problem]:
     """The rules of ``compiled``: what the partitioner saves is modelled, as measured, for a
     Llama-style layer (dense, RMSNorm before each block, a gated MLP, no dropout, no norms of
     Q and K, no latent attention) with the megatron-te kernels, and with no recomputation or
     full recomputation (an op-level or Korthikanti policy's tags are preferences the
     partitioner may override) or an op-level policy (its tags the partitioner keeps:
-    :func:`op_layer`)."""
+    :func:`op_layer`), the latter on one tensor-parallel rank, as measured."""
     if not compiled:
         return []
     problems = []
@@ -187,6 +200,10 @@ def compile_problems(model: ModelShape, *, compiled: bool, recompute: str,
     if recompute not in ("none", "full", "op"):
         problems.append(Problem(("compile", "recompute"), f"compile with recompute {recompute!r} "
                                 "is not modelled; accepted: recompute none, full or op"))
+    if recompute == "op" and tp > 1:
+        problems.append(Problem(("compile", "recompute", "tp"), f"compile with recompute 'op' and "
+                                f"tp = {tp} is not modelled (measured on one rank); accepted: "
+                                "tp = 1, or recompute op without compile"))
     return problems
 
 
@@ -210,21 +227,57 @@ def _op_bytes(model: ModelShape, op: str, v: int, tokens: Fraction) -> list[Save
     return [Saved(block, f"{op} projection output (saved op)", Bytes(v * tokens * widths[op]))]
 
 
+#: The projections torchtitan's plan splits by rows (``RowwiseParallel``): their inputs are
+#: sharded by columns, their outputs partial sums reduce-scattered to sequence shards.
+ROWWISE_OPS = ("o", "down")
+
+
 def op_layer(model: ModelShape, sp: Split, k: Kernels) -> LayerActivations:
     """What one layer keeps under the op-level policy ``k.policy`` (module docstring): its input,
-    kept by the checkpoint, and the saved ops' outputs, on one device (tp = cp = 1).
+    kept by the checkpoint, and the saved ops' outputs, on one device (cp = 1).
 
-    Compiled (``k.compiled``: torch.compile over the checkpointed layer, torchtitan's order),
-    the partitioner saves a ``MUST_SAVE`` node only where the backward graph uses it. The down
-    projection's output feeds the residual sum alone, whose gradient needs neither operand, so
-    it is not kept; eager checkpointing caches every ``MUST_SAVE`` output for the recompute,
-    used or not. Measured: ``compile-op-saved`` records in docs/_data/measurements.json."""
-    tokens = sp.tokens
-    out = [Saved("layer", "layer input (checkpoint)", Bytes(k.value_bytes * tokens * model.hidden))]
+    With tensor parallelism (``sp.tp`` > 1, sequence parallelism on), per rank, as torchtitan
+    runs it (``apply_tp`` in ``torchtitan/models/llama3/infra/parallelize.py`` at 238fa9953e4a,
+    lines 217-248: ``SequenceParallel`` norms, ``PrepareModuleInput`` all-gathers of the
+    attention's and the MLP's inputs, ``ColwiseParallel`` wq, wk, wv, w1, w3,
+    ``RowwiseParallel(output_layouts=Shard(1))`` wo, w2): the layer input is a 1/tp sequence
+    shard; a column-parallel projection's output and the attention kernel's outputs hold 1/tp
+    of the heads or columns; a row-parallel projection's ``aten.mm`` output is the full-size
+    partial sum before its reduce-scatter; and the policy's save set holds
+    ``_c10d_functional.reduce_scatter_tensor``, so both reduce-scatters' outputs (a 1/tp
+    sequence shard each) are saved whatever the mm count decides. The count is the one-rank
+    count: PyTorch's dispatch modes see an op before a tensor subclass does, so the policy
+    decides on each ``aten.mm`` with DTensor arguments once, before DTensor runs the local mm
+    (measured: the same seven decisions, validate/test_checkpointing.py). The all-gathered
+    inputs are recomputed: both all-gathers run again in the backward (measured: 4 all-gathers
+    in the backward against 2 without checkpointing). Measured at tp = 2, 4, 8:
+    validate/measure/tensor_parallel.py, records ``op-sac-tp-saved``.
+
+    Compiled (``k.compiled``: torch.compile over the checkpointed layer, torchtitan's order; one
+    rank only, :func:`compile_problems`), the partitioner saves a ``MUST_SAVE`` node only where
+    the backward graph uses it. The down projection's output feeds the residual sum alone,
+    whose gradient needs neither operand, so it is not kept; eager checkpointing caches every
+    ``MUST_SAVE`` output for the recompute, used or not. Measured: ``compile-op-saved``
+    records in docs/_data/measurements.json."""
+    tokens, v, tp = sp.tokens, k.value_bytes, sp.tp
+    share = sp.replicated  # 1/tp with sequence parallelism (the rules require it with tp > 1)
+    out = [Saved("layer", "layer input (checkpoint)", Bytes(v * tokens * share * model.hidden))]
     for op in saved_ops(model, k.policy or "torchtitan"):
         if k.compiled and op == "down":
             continue
-        out += _op_bytes(model, op, k.value_bytes, tokens)
+        if tp == 1:
+            out += _op_bytes(model, op, v, tokens)
+        elif op in ROWWISE_OPS:
+            block = "MLP" if op == "down" else "attention"
+            out.append(Saved(block, f"{op} projection output, the full partial sum before its "
+                             "reduce-scatter (saved op)", Bytes(v * tokens * model.hidden)))
+        else:
+            out += [replace(t, bytes=Bytes(Fraction(t.bytes.n) / tp)) for t in _op_bytes(model, op, v, tokens)]
+    if tp > 1:
+        for op in ROWWISE_OPS:
+            block = "MLP" if op == "down" else "attention"
+            out.append(Saved(block, f"{op} projection's reduce-scatter output, a sequence shard "
+                             "(saved collective)", Bytes(v * tokens * share * model.hidden)))
     return LayerActivations(tuple(out))
 
 

@@ -214,9 +214,10 @@ def _settings(s: Search, lay: Layout) -> tuple[list[tuple[int, int, str, int]], 
     def rules(rc: str) -> list[Problem]:
         return [*kernel_problems(s.model, t.implementation, recompute=rc),
                 *policy_problems(s.model, recompute=rc, policy=t.recompute_policy,
-                                 implementation=t.implementation, tp=lay.tp, cp=lay.cp),
+                                 implementation=t.implementation, tp=lay.tp, cp=lay.cp,
+                                 sequence_parallel=lay.sequence_parallel),
                 *compile_problems(s.model, compiled=t.compiled, recompute=rc,
-                                  implementation=t.implementation)]
+                                  implementation=t.implementation, tp=lay.tp)]
     refused = [rc for rc in recomputes if rules(rc)]
     recomputes = [rc for rc in recomputes if rc not in refused]
     keep, pruned = [], []

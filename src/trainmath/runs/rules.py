@@ -180,9 +180,10 @@ def run_problems(model: ModelShape, *, layout: Layout, training: Training, batch
                                 sequence_parallel=lay.sequence_parallel, recompute=t.recompute,
                                 mlp_kernel=t.mlp_kernel)
     problems += policy_problems(model, recompute=t.recompute, policy=t.recompute_policy,
-                                implementation=t.implementation, tp=lay.tp, cp=lay.cp)
+                                implementation=t.implementation, tp=lay.tp, cp=lay.cp,
+                                sequence_parallel=lay.sequence_parallel)
     problems += compile_problems(model, compiled=t.compiled, recompute=t.recompute,
-                                 implementation=t.implementation)
+                                 implementation=t.implementation, tp=lay.tp)
     problems += loss_problems(t.loss, t.loss_chunks, tp=lay.tp, seq_len=batch.seq_len)
     problems += activation_offload_problems(t.activation_offload, pp=lay.pp)
     return problems + fsdp2_problems(t.recipe, lay) + routing_problems(model, t.routing)

@@ -377,7 +377,16 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
             tp_b = sum(max(0.0, t - 2 * gemm_of.get(name, 0.0)) for t, name in pairs)
         else:
             tp_f = tp_b = every
-    tp_layer = tp_f * (2 if rc == "full" else 1) + tp_b
+    # the forward's collectives rerun: all of them under full recomputation; under an op-level
+    # policy with sequence parallelism the two all-gathers (the all-gathered inputs are
+    # recomputed, the reduce-scatters' outputs saved: checkpointing.op_layer, measured 4
+    # all-gathers in the backward against 2)
+    rerun_tp = tp_f if rc == "full" else 0.0
+    if rc.startswith("op:") and lay.tp > 1 and lay.sequence_parallel:
+        gathers = [(t, name) for t, name in pairs if name in ("qkv", "mlp up")]
+        rerun_tp = (sum(max(0.0, t - gemm_of.get(name, 0.0)) for t, name in gathers)
+                    if overlap.tensor else sum(t for t, _ in gathers))
+    tp_layer = tp_f + rerun_tp + tp_b
 
     # -- expert parallelism: dispatch and combine, forward and backward ------------------------
     ep_layer = 0.0
