@@ -31,8 +31,12 @@ integers, bytes (not GB):
       pp, m, v        ranks, micro-batches, model chunks per rank
       measured        in_flight_chunks: per rank, the peak of chunk-micro-batches whose
                       forward ran and whose W (or B) has not; in_flight_chunks_until_input_grad:
-                      the same freed at I; idle: [{f, b, w, units}]: the step's span less one
-                      rank's work, in time units, each pass taking f, b, w units per chunk
+                      the same freed at I; runtime_in_flight_chunks: per rank, the peak
+                      of chunk-micro-batches whose saved tensors PyTorch's own runtime keeps,
+                      Schedule.step run rank by rank on a fake process group
+                      (``pipeline_runtime.py``); idle: [{f, b, w, units}]: the step's span
+                      less one rank's work, in time units, each pass taking f, b, w units per
+                      chunk
     configurations    list of objects, each:
       id              stable id, "<kind>/<model>/<implementation>/<precision or recipe>
                       [/foreach][/dp<N>-rank<R>]/s<s>-b<b>"

@@ -13,6 +13,8 @@ r and 2·pp − 1 − r for the V schedules, as PyTorch's docs place them). The 
 - **in flight**: a (stage, micro-batch) becomes live at its F and is freed at its W or B (PyTorch
   keeps the autograd graph from ``stage_backward_input`` to ``stage_backward_weight``); the peak
   count of live chunk-micro-batches on each rank, and the peak if they were freed at I.
+- **runtime**: PyTorch's own runtime keeps what the order says: ``Schedule.step`` run rank by
+  rank on a fake process group, the saved tensors counted (``pipeline_runtime.py``).
 - **idle**: each rank runs its actions in order; an action starts when the rank is free and
   what it needs is done (F of the previous stage for an F; F of its own stage and I or B of the
   next for an I or B; its own I for a W), communication taking no time; F takes f, I takes b,
@@ -150,6 +152,8 @@ def case_id(schedule: str, pp: int, m: int, v: int) -> str:
 def records() -> list[dict]:
     """One record per case of :data:`CASES`: PyTorch's order run (module docstring)."""
     import torch
+
+    from . import pipeline_runtime
     out = []
     for schedule, cls_name, pp, m, v in CASES:
         order = pipeline_order(cls_name, pp, m, v)
@@ -160,6 +164,7 @@ def records() -> list[dict]:
             "torch": torch.__version__, "pp": pp, "m": m, "v": v,
             "measured": {
                 "in_flight_chunks": until_w, "in_flight_chunks_until_input_grad": until_i,
+                "runtime_in_flight_chunks": pipeline_runtime.in_flight(cls_name, pp, m, v),
                 "idle": [{"f": f, "b": b, "w": w, "units": idle(order, pp * v, f, b, w)}
                          for f, b, w in TIMES]},
         })

@@ -342,7 +342,8 @@ def _compare_finetune(config: dict, e: Estimate) -> list[Comparison]:
 def compare_schedule(record: dict) -> list[Comparison]:
     """One of PyTorch's pipeline schedules run (a record of the document's ``schedules``) beside
     :mod:`trainmath.parallel.schedules`: each rank's peak of chunk-micro-batches in flight
-    (:func:`~trainmath.parallel.schedules.in_flight` × v, a rank's micro-batch being v chunks)
+    (:func:`~trainmath.parallel.schedules.in_flight` × v, a rank's micro-batch being v chunks),
+    counted from the order and kept by PyTorch's runtime where it ran (``runtime_in_flight_chunks``),
     and the step's idle time for each (f, b, w) the order was run with
     (:func:`~trainmath.parallel.schedules.bubble_idle` with F = v·f, B = v·b, W = v·w, the
     whole rank's times), exactly."""
@@ -351,6 +352,10 @@ def compare_schedule(record: dict) -> list[Comparison]:
     out = [Comparison(cid, "schedule", f"rank {i} in flight (chunk-micro-batches)", n,
                       int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * v))
            for i, n in enumerate(got["in_flight_chunks"])]
+    out += [Comparison(cid, "schedule", f"rank {i} in flight, PyTorch's runtime on a fake "
+                       "process group", n,
+                       int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * v))
+            for i, n in enumerate(got.get("runtime_in_flight_chunks", ()))]
     for t in got["idle"]:
         idle = bubble_idle(sch, pp, v, forward=v * t["f"], backward_input=v * t["b"],
                            backward_weight=v * t["w"])
