@@ -50,8 +50,8 @@ def test_what_each_schedule_needs_is_refused_by_name():
     assert schedule_problems("zb-h1", 1, 1, 8)[0].fields == ("schedule", "pp")
     assert "multiple of 4" in schedule_problems("zb-h1", 4, 2, 6)[0].message
     assert not schedule_problems("1f1b", 4, 1, 1)
-    with pytest.raises(ValueError, match="schedule 'zb-h2' is not one of"):
-        Layout(pp=4, schedule="zb-h2")
+    with pytest.raises(ValueError, match="schedule 'dualpipe' is not one of"):
+        Layout(pp=4, schedule="dualpipe")
 
 
 def test_the_v_schedules_put_the_last_chunk_on_the_first_device():
@@ -111,3 +111,75 @@ def test_the_planner_searches_the_schedules_and_can_be_held_to_one():
     assert {c.layout.schedule for c in p.ranking if c.layout.pp > 1} <= {"zb-v"}
     every = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64)
     assert {"1f1b", "zb-h1", "zb-v", "dualpipev"} <= {c.layout.schedule for c in every.candidates}
+
+
+# -- ZB-H2: Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR 2024), §2.2 and its table of
+# the handcrafted schedules: 1F1B (p − 1)(T_F + T_B + T_W), pM_B; ZB-H1 (p − 1)(T_F + T_B − T_W),
+# pM_B; ZB-H2 (p − 1)(T_F + T_B − 2T_W), (2p − 1)M_B. PyTorch 2.13 does not ship ZB-H2: what
+# an order generated from the paper's description holds and idles, run by the executor of
+# PyTorch's orders, is checked in tests/test_measured.py (docs/_data/measurements.json).
+def test_zb_h2_holds_two_p_minus_one_micro_batches_as_the_paper_says():
+    for p in (2, 4, 8):
+        assert in_flight(p, schedule="zb-h2", microbatches=4 * p) == 2 * p - 1  # (2p − 1)M_B
+        assert in_flight(p, schedule="zb-h2", microbatches=4 * p, stage=p - 1) == 2 * p - 1
+
+
+@pytest.mark.parametrize("p,tf,tb,tw", [(4, 1, 2, 1), (8, 2, 3, 1), (4, 2, 2, 1), (16, 3, 4, 2)])
+def test_the_zero_bubble_table_where_b_is_at_least_two_w_minus_nothing(p, tf, tb, tw):
+    """Where T_F + T_B − 2T_W ≥ T_F (T_B ≥ 2T_W) the table's bubbles are the library's, and
+    ZB-H2's is ZB-H1's less (p − 1)T_W."""
+    kw = dict(forward=tf, backward_input=tb, backward_weight=tw)
+    assert bubble_idle("1f1b", p, 1, **kw) == (p - 1) * (tf + tb + tw)
+    assert bubble_idle("zb-h1", p, 1, **kw) == (p - 1) * (tf + tb - tw)
+    assert bubble_idle("zb-h2", p, 1, **kw) == (p - 1) * (tf + tb - 2 * tw)
+
+
+def test_zb_h2_with_equal_passes_idles_only_the_slant_of_its_parallelogram():
+    """T_F = T_B = T_W: the table's ZB-H2 bubble is zero (the authors' README: "Bubble Rate 0"
+    for ZB2P); a step whose optimizer waits for every stage still waits (p − 1)T_F, the
+    parallelogram's slant, which the paper's post-validation (§4) takes off."""
+    p, t = 8, 1
+    assert (p - 1) * (t + t - 2 * t) == 0
+    assert bubble_idle("zb-h2", p, 1, forward=t, backward_input=t, backward_weight=t) == (p - 1) * t
+
+
+def test_zb_h2_needs_one_chunk_and_two_p_minus_one_micro_batches():
+    (v,) = schedule_problems("zb-h2", 4, 2, 16)
+    assert v.fields == ("schedule", "v") and "v = 1" in v.message
+    (m,) = schedule_problems("zb-h2", 4, 1, 6)
+    assert "2 × pp − 1 = 7" in m.message and "m = 6" in m.message
+    assert not schedule_problems("zb-h2", 4, 1, 7)
+    with pytest.raises(ValueError, match="2 × pp − 1 = 7"):
+        in_flight(4, schedule="zb-h2", microbatches=6)
+
+
+def test_the_command_estimates_zb_h2_in_text_and_json(capsys):
+    import json
+    args = ["estimate", "--model", "llama-3-8b", "--pp", "4", "--seq-len", "4096",
+            "--global-batch", "32", "--schedule", "zb-h2"]
+    assert main(args) == 0
+    assert "zb-h2, Qi et al. 2024" in capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["inputs"]["schedule"] == "zb-h2" and out["in_flight"][1] == 2 * 4 - 1
+    assert main(args[:-1] + ["zb-h2", "--interleave", "2"]) == 2
+    assert "schedule zb-h2 places one model chunk" in capsys.readouterr().err
+    assert main(["estimate", "--model", "llama-3-8b", "--pp", "4", "--seq-len", "4096",
+                 "--global-batch", "6", "--schedule", "zb-h2"]) == 2
+    assert "2 × pp − 1 = 7" in capsys.readouterr().err
+
+
+def test_zb_h2_costs_memory_and_saves_bubble_against_zb_h1():
+    kw = dict(pp=4, seq_len=4096, global_batch=32, gpu="h100-sxm")
+    h1 = estimate(run("llama-3-8b", schedule="zb-h1", **kw))
+    h2 = estimate(run("llama-3-8b", schedule="zb-h2", **kw))
+    assert h2.step.time.bubble < h1.step.time.bubble
+    assert h2.stages[1].activations > h1.stages[1].activations
+
+
+def test_the_planner_takes_zb_h2_only_when_asked():
+    every = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64)
+    assert "zb-h2" not in {c.layout.schedule for c in every.candidates}
+    asked = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                 schedules=("zb-h2",))
+    assert {c.layout.schedule for c in asked.ranking if c.layout.pp > 1} <= {"zb-h2"}

@@ -485,12 +485,17 @@ def _fill(lay: Layout, stage_t: list[float], passes: tuple[tuple[float, float], 
     (:func:`trainmath.parallel.schedules.bubble_idle` for stages that differ): 1F1B fills and
     drains the other stages' time over v, (Σ t_i − t_max)/v; ZB-H1 and ZB-V the same of
     F + B − W = t − 2W (their W passes fill the rest); DualPipeV its slowest stage's
-    ((pp − 1)B + (pp − 2)(B − W))/2, B = t − F − W (the input's gradient with the traffic)."""
+    ((pp − 1)B + (pp − 2)(B − W))/2, B = t − F − W (the input's gradient with the traffic);
+    ZB-H2 the same sum over the other stages of max(F, F + B − 2W) = max(F, t − 3W), the
+    (pp − 1)·max(F, F + B − 2W) of stages alike."""
     if lay.schedule == "1f1b":
         return (sum(stage_t) - stage_t[crit]) / lay.v
     if lay.schedule in ("zb-h1", "zb-v"):
         g = [t - 2 * w for t, (_, w) in zip(stage_t, passes)]
         return max(0.0, sum(g) - g[crit]) / lay.v
+    if lay.schedule == "zb-h2":
+        return sum(max(f, t - 3 * w) for j, (t, (f, w)) in enumerate(zip(stage_t, passes))
+                   if j != crit)
     f, w = passes[crit]
     return _bubble_idle(lay.schedule, lay.pp, lay.v, f, stage_t[crit] - f - w, w)
 
