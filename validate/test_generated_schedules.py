@@ -31,3 +31,13 @@ def test_the_generated_zb_h2_order_holds_and_idles_as_the_library_says(pp, m):
 def test_below_two_p_minus_one_micro_batches_the_order_is_refused():
     with pytest.raises(ValueError, match="2·pp − 1 = 7"):
         zb_h2_order(4, 6)
+
+
+@pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 12), (6, 12), (8, 16), (8, 20)])
+def test_dualpipe_holds_pp_plus_one_stages_of_activations_as_its_readme_says(pp, m):
+    """deepseek-ai/DualPipe's README: activation per device PP + 1 (of one stage's micro-batch),
+    its PP the ranks. DualPipe is not a schedule of the library; its order's idle is recorded
+    in the branch's report, beside the README's (PP/2 − 1)(F&B + B − 3W)."""
+    from validate.measure.pipeline import dualpipe_order
+    until_w, _ = held(dualpipe_order(pp, m))
+    assert until_w == [pp + 1] * pp

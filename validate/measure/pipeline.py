@@ -112,6 +112,76 @@ def zb_h2_order(pp: int, m: int) -> dict[int, list[tuple[str, int, int]]]:
     return out
 
 
+def dualpipe_order(pp: int, m: int) -> dict[int, list[tuple[str, int, int]]]:
+    """DualPipe's two-way order (DeepSeek-AI 2024, §3.2.1), from the phase counts of
+    ``DualPipe.step`` in deepseek-ai/DualPipe ``dualpipe/dualpipe.py`` (steps 1 to 8: nF0,
+    nF0F1, nB1W1F1, nF0B1F1B0, nB1F1B0, nB1B0, nWB0, nW), as (kind, stage, micro-batch): rank r
+    runs stage r for the m/2 micro-batches that enter at rank 0 (numbered 0 to m/2 − 1) and
+    stage pp − 1 − r for the m/2 that enter at rank pp − 1 (numbered m/2 on); an overlapped
+    forward and backward runs forward first; a backward "with zero bubble" is I with its W
+    queued, run first-in first-out at each W. Not a schedule of the library: a record of what
+    the order holds and idles."""
+    if pp % 2 or m % 2 or m < 2 * pp:
+        raise ValueError(f"DualPipe needs pp even and m even and ≥ 2·pp; got pp {pp}, m {m}")
+    half, per = pp // 2, m // 2
+    out = {}
+    for r in range(pp):
+        h = min(r, pp - 1 - r)
+        # phase 0: the direction in which rank r comes early; phase 1: the other
+        stage = [r, pp - 1 - r] if r < half else [pp - 1 - r, r]
+        base = [0, per] if r < half else [per, 0]
+        nf, nb, queue, acts = [0, 0], [0, 0], [], []
+
+        def fwd(p):
+            acts.append(("F", stage[p], base[p] + nf[p]))
+            nf[p] += 1
+
+        def bwd(p, zb=False):
+            key = (stage[p], base[p] + nb[p])
+            nb[p] += 1
+            acts.append(("I" if zb else "B",) + key)
+            if zb:
+                queue.append(key)
+
+        def wgt():
+            acts.append(("W",) + queue.pop(0))
+
+        for _ in range(2 * (half - h - 1)):
+            fwd(0)
+        for _ in range(h + 1):
+            fwd(0)
+            fwd(1)
+        for _ in range(half - h - 1):
+            bwd(1, True)
+            wgt()
+            fwd(1)
+        for _ in range(per - pp + h + 1):
+            fwd(0)
+            bwd(1)
+            fwd(1)
+            bwd(0)
+        for _ in range(half - h - 1):
+            bwd(1)
+            fwd(1)
+            bwd(0)
+        zb = False
+        for i in range(h + 1):
+            if i == (h + 1) // 2 and h % 2 == 1:
+                zb = True
+            bwd(1, zb)
+            if i == (h + 1) // 2 and h % 2 == 0:
+                zb = True
+            bwd(0, zb)
+        for _ in range(half - h - 1):
+            wgt()
+            bwd(0, True)
+        for _ in range(h + 1):
+            wgt()
+        assert not queue and nf == [per, per] and nb == [per, per]
+        out[r] = acts
+    return out
+
+
 def _actions(order: dict) -> dict[int, list[tuple[str, int, int]]]:
     """Each rank's passes as (kind, stage, micro-batch), kind F, B (the whole backward), I or
     W: PyTorch's actions (OVERLAP_F_B's sub-actions in their order), or a generated order."""
