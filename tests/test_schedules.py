@@ -50,8 +50,8 @@ def test_what_each_schedule_needs_is_refused_by_name():
     assert schedule_problems("zb-h1", 1, 1, 8)[0].fields == ("schedule", "pp")
     assert "multiple of 4" in schedule_problems("zb-h1", 4, 2, 6)[0].message
     assert not schedule_problems("1f1b", 4, 1, 1)
-    with pytest.raises(ValueError, match="schedule 'dualpipe' is not one of"):
-        Layout(pp=4, schedule="dualpipe")
+    with pytest.raises(ValueError, match="schedule 'gpipe' is not one of"):
+        Layout(pp=4, schedule="gpipe")
 
 
 def test_the_v_schedules_put_the_last_chunk_on_the_first_device():
@@ -183,3 +183,93 @@ def test_the_planner_takes_zb_h2_only_when_asked():
     asked = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64,
                  schedules=("zb-h2",))
     assert {c.layout.schedule for c in asked.ranking if c.layout.pp > 1} <= {"zb-h2"}
+
+
+# -- DualPipe: DeepSeek-AI 2024 (the DeepSeek-V3 report) §3.2.1 and Table 2, and
+# deepseek-ai/DualPipe's README table: bubble (PP/2 − 1)(F&B + B − 3W), parameters 2×,
+# activations PP + 1 (of one stage's micro-batch), PP the ranks; its F, B, W one stage's, its B
+# the whole backward. PyTorch 2.13 does not ship it.
+def test_dualpipe_holds_pp_plus_one_stage_micro_batches():
+    for pp in (2, 4, 8, 16):
+        # in units of the device's layers, two stages: PP + 1 stages' worth is (PP + 1)/2
+        assert in_flight(pp, schedule="dualpipe", microbatches=2 * pp) * 2 == pp + 1
+
+
+@pytest.mark.parametrize("pp,f,b,w", [(4, 1, 1, 1), (8, 1, 2, 1), (8, 2, 3, 1), (16, 3, 4, 2)])
+def test_dualpipe_idles_the_readme_formula(pp, f, b, w):
+    """The README's (PP/2 − 1)(F&B + B − 3W) per stage, F&B = F + B (no credit for the
+    overlap), B the whole backward b + w; the library takes the device's times, two stages'."""
+    readme = (pp // 2 - 1) * ((f + (b + w)) + (b + w) - 3 * w)
+    assert bubble_idle("dualpipe", pp, 1, forward=2 * f, backward_input=2 * b,
+                       backward_weight=2 * w) == readme
+
+
+def test_dualpipes_order_idles_no_more_than_the_readme_says():
+    """The order built from DualPipe.step's phase counts (validate/measure/pipeline.py, its
+    records in docs/_data/measurements.json), each F&B run one pass after the other, idles at
+    most the README's figure: the library's idle is an upper bound there, not the order's."""
+    import json
+    from pathlib import Path
+    doc = json.loads((Path(__file__).resolve().parents[1] / "docs" / "_data"
+                      / "measurements.json").read_text(encoding="utf-8"))
+    records = [r for r in doc["schedules"] if r["schedule"] == "dualpipe"]
+    assert records
+    for r in records:
+        for t in r["measured"]["idle"]:
+            readme = (r["pp"] // 2 - 1) * (t["f"] + 2 * (t["b"] + t["w"]) - 3 * t["w"])
+            assert t["units"] <= readme
+
+
+def test_dualpipe_doubles_each_devices_parameters():
+    """DeepSeek-V3 Table 2: "Parameter 2×": device i holds stages i and pp − 1 − i."""
+    kw = dict(pp=4, seq_len=4096, global_batch=32, gpu="h100-sxm")
+    one = estimate(run("llama-3-8b", **kw)).stages
+    two = estimate(run("llama-3-8b", schedule="dualpipe", **kw)).stages
+    for i in range(4):
+        assert two[i].params == one[i].params + one[3 - i].params
+    lay = Layout(pp=4, schedule="dualpipe")
+    assert lay.device_layer_indices(16)[0] == (0, 1, 2, 3, 12, 13, 14, 15)
+    assert lay.holds_first(3) and lay.holds_last(0) and not lay.holds_first(1)
+
+
+def test_dualpipe_sums_each_stages_gradients_between_its_two_devices():
+    """examples/example_dualpipe.py sums a stage's two gradients (p0.grad += the twin's): with
+    no data parallelism, DualPipe's step still reduces, 1F1B's does not."""
+    kw = dict(pp=4, seq_len=4096, global_batch=32, gpu="h100-sxm")
+    assert estimate(run("llama-3-8b", **kw)).step.time.dp == 0
+    assert estimate(run("llama-3-8b", schedule="dualpipe", **kw)).step.time.dp > 0
+
+
+def test_dualpipe_needs_what_dualpipe_step_asserts():
+    """``assert num_ranks % 2 == 0`` and ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``."""
+    assert "pp must be even" in schedule_problems("dualpipe", 3, 1, 12)[0].message
+    assert "m must be even" in schedule_problems("dualpipe", 4, 1, 9)[0].message
+    (m,) = schedule_problems("dualpipe", 4, 1, 6)
+    assert "2 × pp = 8" in m.message
+    assert schedule_problems("dualpipe", 4, 2, 8)[0].fields == ("schedule", "v")
+    assert not schedule_problems("dualpipe", 4, 1, 8)
+
+
+def test_the_command_estimates_dualpipe_in_text_and_json(capsys):
+    import json
+    args = ["estimate", "--model", "llama-3-8b", "--pp", "4", "--seq-len", "4096",
+            "--global-batch", "32", "--schedule", "dualpipe"]
+    assert main(args) == 0
+    assert "dualpipe, DeepSeek-AI 2024" in capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["inputs"]["schedule"] == "dualpipe" and out["in_flight"][0] * 2 == 4 + 1
+    assert main(args[:4] + ["3"] + args[5:]) == 2
+    assert "pp must be even" in capsys.readouterr().err
+    assert main(args[:8] + ["31"] + args[9:]) == 2  # m = 31 with dp 1 and b 1
+    assert "m must be even" in capsys.readouterr().err
+    assert main(args + ["--interleave", "2"]) == 2
+    assert "schedule dualpipe places one model chunk" in capsys.readouterr().err
+
+
+def test_the_planner_takes_dualpipe_only_when_asked():
+    every = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64)
+    assert "dualpipe" not in {c.layout.schedule for c in every.candidates}
+    asked = plan("llama-3-8b", gpu="h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                 schedules=("dualpipe",))
+    assert {c.layout.schedule for c in asked.ranking if c.layout.pp > 1} <= {"dualpipe"}

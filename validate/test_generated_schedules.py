@@ -36,8 +36,9 @@ def test_below_two_p_minus_one_micro_batches_the_order_is_refused():
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 12), (6, 12), (8, 16), (8, 20)])
 def test_dualpipe_holds_pp_plus_one_stages_of_activations_as_its_readme_says(pp, m):
     """deepseek-ai/DualPipe's README: activation per device PP + 1 (of one stage's micro-batch),
-    its PP the ranks. DualPipe is not a schedule of the library; its order's idle is recorded
-    in the branch's report, beside the README's (PP/2 − 1)(F&B + B − 3W)."""
+    its PP the ranks; the library's in_flight, in the device's two stages, is half that."""
     from validate.measure.pipeline import dualpipe_order
     until_w, _ = held(dualpipe_order(pp, m))
     assert until_w == [pp + 1] * pp
+    assert all(2 * in_flight(pp, microbatches=m, stage=i, schedule="dualpipe") == pp + 1
+               for i in range(pp))

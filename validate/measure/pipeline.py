@@ -19,9 +19,12 @@ r and 2·pp − 1 − r for the V schedules, as PyTorch's docs place them). The 
   W takes w and B takes b + w time units per chunk. The step lasts until the last rank ends;
   idle is that span less one rank's work (every rank has the same), for each (f, b, w).
 
-ZB-H2 (Qi et al. 2024, *Zero Bubble Pipeline Parallelism*, ICLR 2024, §2.2) is not in torch
-2.13: :func:`zb_h2_order` builds its order from the paper's description, and the same
-executor runs it (:data:`GENERATED`). Its records add, per (f, b, w), ``stage_units``: the
+ZB-H2 (Qi et al. 2024, *Zero Bubble Pipeline Parallelism*, ICLR 2024, §2.2) and two-way
+DualPipe (DeepSeek-AI 2024, §3.2.1) are not in torch 2.13: :func:`zb_h2_order` builds ZB-H2's
+order from the paper's description and :func:`dualpipe_order` DualPipe's from the phase counts
+of deepseek-ai/DualPipe's ``DualPipe.step``, and the same executor runs them
+(:data:`GENERATED`; a DualPipe rank's stages are r and pp − 1 − r, its chunk-micro-batches
+stage-micro-batches). Its records add, per (f, b, w), ``stage_units``: the
 largest idle of one rank between its own first and last pass, the bubble of the paper's
 parallelogram once its optimizer post-validation (§4) lets the next step start early.
 """
@@ -50,6 +53,9 @@ GENERATED = (
     ("zb-h2", "zb_h2_order", 4, 7),
     ("zb-h2", "zb_h2_order", 4, 12),
     ("zb-h2", "zb_h2_order", 8, 16),
+    ("dualpipe", "dualpipe_order", 4, 8),
+    ("dualpipe", "dualpipe_order", 8, 16),
+    ("dualpipe", "dualpipe_order", 8, 20),
 )
 
 METHOD = " ".join(__doc__.split())
@@ -119,8 +125,7 @@ def dualpipe_order(pp: int, m: int) -> dict[int, list[tuple[str, int, int]]]:
     runs stage r for the m/2 micro-batches that enter at rank 0 (numbered 0 to m/2 − 1) and
     stage pp − 1 − r for the m/2 that enter at rank pp − 1 (numbered m/2 on); an overlapped
     forward and backward runs forward first; a backward "with zero bubble" is I with its W
-    queued, run first-in first-out at each W. Not a schedule of the library: a record of what
-    the order holds and idles."""
+    queued, run first-in first-out at each W."""
     if pp % 2 or m % 2 or m < 2 * pp:
         raise ValueError(f"DualPipe needs pp even and m even and ≥ 2·pp; got pp {pp}, m {m}")
     half, per = pp // 2, m // 2
