@@ -26,17 +26,20 @@ integers, bytes (not GB):
                        implementations: {name: what it is}; precisions; recipes}
     schedules         list of PyTorch's pipeline schedules run (``pipeline.py``), each:
       id              "pp-schedule-<schedule>/pp<pp>-m<m>-v<v>"
-      schedule        trainmath's name (1f1b, zb-h1, zb-v, dualpipev); torch_class and
-                      torch: the class of torch.distributed.pipelining and its version
+      schedule        trainmath's name (1f1b, zb-h1, zb-v, dualpipev, zb-h2); torch_class and
+                      torch: the class of torch.distributed.pipelining and its version, or
+                      generator: the function of pipeline.py whose order was run (zb-h2, which
+                      torch does not ship)
       pp, m, v        ranks, micro-batches, model chunks per rank
       measured        in_flight_chunks: per rank, the peak of chunk-micro-batches whose
                       forward ran and whose W (or B) has not; in_flight_chunks_until_input_grad:
-                      the same freed at I; runtime_in_flight_chunks: per rank, the peak
-                      of chunk-micro-batches whose saved tensors PyTorch's own runtime keeps,
-                      Schedule.step run rank by rank on a fake process group
-                      (``pipeline_runtime.py``); idle: [{f, b, w, units}]: the step's span
-                      less one rank's work, in time units, each pass taking f, b, w units per
-                      chunk
+                      the same freed at I; runtime_in_flight_chunks (PyTorch's schedules):
+                      per rank, the peak of chunk-micro-batches whose saved tensors PyTorch's
+                      own runtime keeps, Schedule.step run rank by rank on a fake process
+                      group (``pipeline_runtime.py``); idle: [{f, b, w, units}]: the step's
+                      span less one rank's work, in time units, each pass taking f, b, w
+                      units per chunk; stage_units (generated orders): the largest idle of one
+                      rank between its own first and last pass
     configurations    list of objects, each:
       id              stable id, "<kind>/<model>/<implementation>/<precision or recipe>
                       [/foreach][/dp<N>-rank<R>]/s<s>-b<b>"

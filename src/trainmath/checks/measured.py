@@ -54,7 +54,7 @@ from ..memory.fsdp2 import fsdp2_rank
 from ..memory.activations import LayerActivations, layer_activations
 from ..model.hfconfig import shape_from_config
 from ..model.shape import ModelShape, layer_kinds, layer_shape, param_shapes
-from ..parallel.schedules import bubble_idle, in_flight
+from ..parallel.schedules import TWO_WAY, bubble_idle, in_flight
 from ..runs.description import run
 from ..runs.estimates import Estimate, estimate
 from ..units import Bytes
@@ -346,16 +346,21 @@ def compare_schedule(record: dict) -> list[Comparison]:
     counted from the order and kept by PyTorch's runtime where it ran (``runtime_in_flight_chunks``),
     and the step's idle time for each (f, b, w) the order was run with
     (:func:`~trainmath.parallel.schedules.bubble_idle` with F = v·f, B = v·b, W = v·w, the
-    whole rank's times), exactly."""
+    whole rank's times), exactly. DualPipe (``dualpipe``): its in-flight counts only, a
+    rank's micro-batch being two stages' passes; the library's idle is deepseek-ai/DualPipe's
+    README formula, which the generated order idles less than (tests/test_schedules.py)."""
     sch, pp, m, v = record["schedule"], record["pp"], record["m"], record["v"]
     cid, got = record["id"], record["measured"]
+    c = 2 if sch in TWO_WAY else v  # DualPipe: a device's micro-batch is two stages' passes
     out = [Comparison(cid, "schedule", f"rank {i} in flight (chunk-micro-batches)", n,
-                      int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * v))
+                      int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * c))
            for i, n in enumerate(got["in_flight_chunks"])]
     out += [Comparison(cid, "schedule", f"rank {i} in flight, PyTorch's runtime on a fake "
                        "process group", n,
-                       int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * v))
+                       int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * c))
             for i, n in enumerate(got.get("runtime_in_flight_chunks", ()))]
+    if sch in TWO_WAY:  # the library's idle is the README's, an upper bound of the order's
+        return out
     for t in got["idle"]:
         idle = bubble_idle(sch, pp, v, forward=v * t["f"], backward_input=v * t["b"],
                            backward_weight=v * t["w"])

@@ -120,8 +120,9 @@ def activations(*, shape: ModelShape, layout: Layout, training: Training, batch:
             per_layer, mix = layer, ()
         else:
             per_layer, mix = layer_mix(each, dict(kind_counts(shape, indices[i])))
-        stage_acts[i] = _stage(shape, per_layer, embedding=embedding if i == 0 else None,
-                               output=output if i == layout.last_device else None, pp=pp, microbatches=m,
+        stage_acts[i] = _stage(shape, per_layer,
+                               embedding=embedding if layout.holds_first(i) else None,
+                               output=output if layout.holds_last(i) else None, pp=pp, microbatches=m,
                                held=_in_flight(pp, v, m, i, layout.schedule), rotary=rotary, v=v,
                                layers=len(indices[i]), mix=mix)
     return layer, stage_acts
@@ -198,7 +199,7 @@ def stage_inputs(*, shape: ModelShape, layout: Layout, training: Training, batch
     lay, t, d, acts = layout, training, device, activations
     r = recipe(t.recipe)
     n, z, tp, pp = lay.zero_group, t.zero_stage, lay.tp, lay.pp
-    first, last = d.stage == 0, d.stage == lay.last_device
+    first, last = lay.holds_first(d.stage), lay.holds_last(d.stage)
     shapes = param_shapes(shape)
     h, V = shape.hidden, shape.vocab
     zero = Bytes(0)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from ..model.shape import ModelShape
 from ..problems import Problem, check
 from ..units import positive_int
-from .schedules import SCHEDULES, V_SCHEDULES, schedule_problems
+from .schedules import SCHEDULES, TWO_WAY, V_SCHEDULES, schedule_problems
 
 #: How context parallelism splits attention, by the name the command takes: ``ring`` passes
 #: K and V around the cp ranks (Liu et al. 2023, *Ring Attention*; Megatron-Core's "p2p");
@@ -140,15 +140,29 @@ class Layout:
         the c-th run of :meth:`chunk_layers`, and device i the chunks i, i + pp, i + 2pp, …
         (Narayanan et al. 2021, §2.2.1: interleaved stages); under a V schedule
         (:data:`~trainmath.parallel.schedules.V_SCHEDULES`) the chunks i and 2·pp − 1 − i, as
-        PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV place them."""
+        PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV place them; under DualPipe the
+        stages i and pp − 1 − i (deepseek-ai/DualPipe, ``examples/example_dualpipe.py``), each
+        device two stages' layers."""
         return _layer_indices(self.chunk_layers(layers), self.pp,
-                              self.schedule in V_SCHEDULES)
+                              self.schedule in V_SCHEDULES or self.schedule in TWO_WAY)
 
     @property
     def last_device(self) -> int:
         """The pipeline device of the last chunk (the LM head and the loss): pp − 1, or 0 under
         a V schedule, whose last chunk comes back to the first device."""
         return 0 if self.schedule in V_SCHEDULES else self.pp - 1
+
+    def holds_first(self, device: int) -> bool:
+        """Whether pipeline device ``device`` holds the first stage (the embedding): device 0,
+        and under DualPipe device pp − 1 too, which runs stage 0 for the micro-batches that
+        enter there (deepseek-ai/DualPipe, ``examples/example_dualpipe.py``: rank r holds
+        stages r and pp − 1 − r)."""
+        return device == 0 or (self.schedule in TWO_WAY and device == self.pp - 1)
+
+    def holds_last(self, device: int) -> bool:
+        """Whether pipeline device ``device`` holds the last stage (the LM head and the loss):
+        :attr:`last_device`, and under DualPipe device 0 too."""
+        return device == self.last_device or (self.schedule in TWO_WAY and device == 0)
 
     @property
     def gpus(self) -> int:

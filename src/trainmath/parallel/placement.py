@@ -121,7 +121,7 @@ def _stage_params(model: ModelShape, lay: Layout) -> tuple[StageParams, ...]:
     stages = []
     for i in range(pp):
         held = on_device[i]
-        first, last = i == 0, i == lay.last_device
+        first, last = lay.holds_first(i), lay.holds_last(i)
         embedding = word_rows + positions if first else 0
         if last:
             lm_head = word_rows if (not model.tied_embeddings or pp > 1) else 0

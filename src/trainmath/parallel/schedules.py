@@ -11,7 +11,9 @@ weights' gradient, and fill the bubble with the W passes (Qi et al. 2024, *Zero 
 (Almost) Pipeline Parallelism*): :data:`SCHEDULES` names the ones PyTorch's
 ``torch.distributed.pipelining`` ships (torch 2.13), and :func:`in_flight` and
 :func:`bubble_idle` give what each holds and idles, as PyTorch's generated orders do
-(``validate/measure/pipeline.py`` runs those orders and the tests compare).
+(``validate/measure/pipeline.py`` runs those orders and the tests compare). ``zb-h2`` (Qi et al.
+2024 §2.2), which PyTorch does not ship, is checked against an order generated from the
+paper's description and run by the same executor.
 
 >>> in_flight(4), bubble_fraction(4, 32)
 (Fraction(4, 1), Fraction(3, 32))
@@ -33,13 +35,24 @@ from ..units import positive_int
 #: 2024), one chunk per device or v; ``zb-v`` ScheduleZBVZeroBubble (the V of Qi et al.
 #: 2024b, two chunks per device); ``dualpipev`` ScheduleDualPipeV, DeepSeek's DualPipe
 #: (DeepSeek-AI 2024, the DeepSeek-V3 report) cut in half: two chunks per device in a V, a
-#: forward of one micro-batch overlapped with a backward of another.
+#: forward of one micro-batch overlapped with a backward of another. ``zb-h2`` is ZB-H2 of Qi et
+#: al. 2024 (§2.2, "zero bubble schedule"), which torch 2.13 does not ship: 2·pp − 1
+#: micro-batches in flight for a parallelogram without bubbles when F = B = W. ``dualpipe`` is
+#: DeepSeek's two-way DualPipe (DeepSeek-AI 2024 §3.2.1, deepseek-ai/DualPipe), not in torch
+#: 2.13 either: each device holds two stages, i and pp − 1 − i, with 2× the parameters.
 SCHEDULES = {
     "1f1b": "1F1B (interleaved 1F1B with v > 1): Megatron-LM's default",
     "zb-h1": "zero bubble ZB-H1: 1F1B with each backward split, weights' gradients late",
     "zb-v": "zero bubble ZB-V: two chunks per device in a V, weights' gradients late",
     "dualpipev": "DualPipeV: two chunks per device in a V, a forward beside a backward",
+    "zb-h2": "zero bubble ZB-H2: 2·pp − 1 micro-batches in flight, W passes in the bubbles",
+    "dualpipe": "DualPipe: micro-batches from both ends, each device two stages (2× parameters)",
 }
+#: the schedules the planner searches only when asked for (``schedules=``): not in PyTorch
+OPT_IN = ("zb-h2", "dualpipe")
+#: the two-way schedules: device i holds stages i and pp − 1 − i, and half the micro-batches
+#: enter at each end (DeepSeek-AI 2024 §3.2.1; deepseek-ai/DualPipe ``dualpipe/dualpipe.py``)
+TWO_WAY = ("dualpipe",)
 #: the schedules that place two model chunks on each device in a V: chunk c of 2·pp on
 #: device c for c < pp, else 2·pp − 1 − c
 V_SCHEDULES = ("zb-v", "dualpipev")
@@ -69,7 +82,9 @@ def _bubble(pp: int, m: int, v: int, schedule: str = "1f1b") -> Fraction:
     if schedule == "1f1b":
         return Fraction(pp - 1, m * v)
     third = Fraction(1, 3)
-    return _bubble_idle(schedule, pp, v, third, third, third) / m
+    # DualPipe's device runs m/2 micro-batches' worth of its two stages
+    return _bubble_idle(schedule, pp, v, third, third, third) / (
+        Fraction(m, 2) if schedule in TWO_WAY else m)
 
 
 def bubble_share(pp: int, m: int, v: int = 1) -> Fraction:
@@ -106,6 +121,12 @@ def in_flight(pp: int, *, v: int = 1, microbatches: int | None = None, stage: in
     equals 1F1B's), ``dualpipev`` 2·pp + 1 chunks =
     pp + ½ (deepseek-ai/DualPipe's README: "PP + 1" stages' worth, their PP being 2·pp chunks):
     once m reaches :func:`schedule_problems`' least, counts PyTorch's orders reproduce.
+    ``zb-h2`` holds 2·pp − 1 on every stage (Qi et al. 2024 §2.2: "(2p − 1)M_B"; the first
+    stage runs 2p − 1 forwards before its first B, and the later stages defer as many W passes
+    to the tail, as the order of ``validate/measure/pipeline.py`` built from the paper's
+    description holds). ``dualpipe`` holds (pp + 1)/2: the README of deepseek-ai/DualPipe's
+    "PP + 1" micro-batches of one stage, each half of the device's two stages (the order built
+    from ``DualPipe.step``'s phase counts holds pp + 1 on every rank).
     """
     pp = positive_int("pp (pipeline-parallel size)", pp)
     v = positive_int("v (model chunks per pipeline device)", v)
@@ -125,7 +146,11 @@ def _in_flight(pp: int, v: int, microbatches: int | None, stage: int,
     """:func:`in_flight` on checked inputs."""
     if schedule == "dualpipev":
         return Fraction(2 * pp + 1, 2)
-    if schedule in ("zb-h1", "zb-v"):
+    if schedule == "dualpipe":
+        return Fraction(pp + 1, 2)
+    if schedule == "zb-h2":
+        held = Fraction(2 * pp - 1)
+    elif schedule in ("zb-h1", "zb-v"):
         held = Fraction(pp)
     elif v == 1:
         held = Fraction(pp - stage)
@@ -155,7 +180,13 @@ def schedule_problems(schedule: str, pp: int, v: int, microbatches: int | None =
     - ``zb-v`` and ``dualpipev`` need m ≥ 2·pp (ScheduleDualPipeV raises "requires at least as
       many microbatches as stages"; ZB-V's order reaches its steady state only then, and
       idles more below it); ``zb-h1`` needs m ≥ pp, a multiple of pp when v > 1 (its rounds
-      of pp micro-batches, ScheduleInterleavedZeroBubble's ``number_of_rounds``).
+      of pp micro-batches, ScheduleInterleavedZeroBubble's ``number_of_rounds``);
+    - ``zb-h2`` runs one chunk per device (v = 1, Qi et al. 2024's ZB-H2 has no interleaving)
+      and needs m ≥ 2·pp − 1: its first stage runs 2p − 1 forwards before its first B (§2.2),
+      and with fewer the parallelogram does not close (the generated order idles more);
+    - ``dualpipe`` runs one chunk per device (v = 1: the device's two stages are DualPipe's
+      own), and ``DualPipe.step`` asserts ``num_ranks % 2 == 0`` and ``num_chunks % 2 == 0 and
+      num_chunks >= num_ranks * 2``: pp even, m even and m ≥ 2·pp.
     """
     if schedule == "1f1b":
         return []
@@ -167,16 +198,28 @@ def schedule_problems(schedule: str, pp: int, v: int, microbatches: int | None =
         problems.append(Problem(("schedule", "v"), f"schedule {schedule} places two model chunks "
                                 f"on each pipeline device in a V; got v = {v}; accepted: v = 2 "
                                 "(--interleave 2)"))
+    if schedule in ("zb-h2", "dualpipe") and v != 1:
+        problems.append(Problem(("schedule", "v"), f"schedule {schedule} places one model chunk "
+                                f"on each pipeline device; got v = {v}; accepted: v = 1 (no "
+                                "--interleave)"))
+    if schedule == "dualpipe" and pp >= 2 and pp % 2:
+        problems.append(Problem(("schedule", "pp"), f"schedule dualpipe pairs stage i with "
+                                f"stage pp − 1 − i on one device: pp must be even; got pp {pp}"))
     if microbatches is not None and pp >= 2:
-        least = 2 * pp if schedule in V_SCHEDULES else pp
+        least, rule = {"zb-h2": (2 * pp - 1, "2 × pp − 1"), "dualpipe": (2 * pp, "2 × pp")}.get(
+            schedule, (2 * pp, "2 × pp") if schedule in V_SCHEDULES else (pp, "pp"))
         if microbatches < least:
             problems.append(Problem(("schedule", "global_batch", "pp"), f"schedule {schedule} "
-                                    f"needs at least {'2 × pp' if least > pp else 'pp'} = {least} "
+                                    f"needs at least {rule} = {least} "
                                     f"micro-batches a step; got m = {microbatches}"))
         elif schedule == "zb-h1" and v > 1 and microbatches % pp:
             problems.append(Problem(("schedule", "global_batch", "pp", "v"), f"schedule zb-h1 "
                                     f"with v = {v} runs rounds of pp = {pp} micro-batches; got "
                                     f"m = {microbatches}, not a multiple of {pp}"))
+        elif schedule == "dualpipe" and microbatches % 2:
+            problems.append(Problem(("schedule", "global_batch"), f"schedule dualpipe sends "
+                                    f"half the micro-batches from each end: m must be even; got "
+                                    f"m = {microbatches}"))
     return problems
 
 
@@ -190,7 +233,21 @@ def bubble_idle(schedule: str, pp: int, v: int, *, forward: float, backward_inpu
     - ``zb-h1``: (pp − 1)(F + B − W)/v (Qi et al. 2024, ZB-H1: a third of 1F1B's when F = B = W);
     - ``zb-v``: (pp − 1)(F + B − W)/2, the fill of its V, each chunk half a device;
     - ``dualpipev``: ((pp − 1)B + (pp − 2)(B − W))/2, with no credit for the overlap of a
-      forward and a backward (the F&B of deepseek-ai/DualPipe's README).
+      forward and a backward (the F&B of deepseek-ai/DualPipe's README);
+    - ``zb-h2``: (pp − 1)·max(F, F + B − 2W). Qi et al. 2024 (Table of §2, ZB-H2) give
+      (p − 1)(T_F + T_B − 2T_W), each stage's own idle in the parallelogram, which the
+      generated order reproduces; a step whose optimizer waits for every stage (a global
+      gradient norm) also waits for the parallelogram's slant, (p − 1)T_F, which the paper
+      hides with its optimizer post-validation (§4: the next step starts before the check),
+      not modelled here. Valid for W ≤ F (a transformer's forward holds attention, its W
+      does not); with W > F the generated order idles more;
+    - ``dualpipe``: deepseek-ai/DualPipe's README, (PP/2 − 1)(F&B + B − 3W), their F, B, W a
+      stage's (half these: F/2, ...), their B the whole backward (B + W here) and F&B a
+      forward beside a backward taken as F + B, no credit for the overlap:
+      (pp/2 − 1)(F + 2B − W)/2. The order built from ``DualPipe.step``'s phase counts, run
+      with the forward and backward of each F&B one after the other, idles less (by about
+      (pp/2 − 1)F/2; ``validate/measure/pipeline.py``); this is the README's figure, an upper
+      bound of it.
 
     These are what PyTorch's own orders idle when each pass takes these times
     (``validate/measure/pipeline.py`` runs them, torch 2.13), for F ≤ B and W ≤ B, as in a
@@ -218,6 +275,10 @@ def _bubble_idle(schedule: str, pp: int, v: int, f: float, b: float, w: float) -
         return (pp - 1) * (f + b - w) / v
     if schedule == "zb-v":
         return (pp - 1) * (f + b - w) / 2
+    if schedule == "zb-h2":
+        return (pp - 1) * max(f, f + b - 2 * w)
+    if schedule == "dualpipe":
+        return (pp // 2 - 1) * (f + 2 * b - w) / 2
     return ((pp - 1) * b + max(pp - 2, 0) * (b - w)) / 2
 
 

@@ -52,7 +52,7 @@ from ..parallel.layout import (CP_KINDS, Batch, Layout, _head_split_problems, _h
                                batch_problems, cluster_problems, expert_problems, parse_stages,
                                pipeline_split_problems, sequence_problems,
                                tensor_split_problems)
-from ..parallel.schedules import SCHEDULES, schedule_problems
+from ..parallel.schedules import OPT_IN, SCHEDULES, schedule_problems
 from ..problems import Problem, check, describe
 from ..runs.description import Gpu, Run
 from ..runs.estimates import _peak
@@ -528,11 +528,13 @@ def _variants(s: Search, lay: Layout, micro_batch: int) -> list[Layout]:
     find nothing for its m micro-batches (ZB-H1 interleaved only when asked for: it idles as
     ZB-V does, with v chunks' memory), a kind whose
     :func:`~trainmath.parallel.layout.context_split_problems` find nothing (the hybrid only
-    where it is neither pure ring nor pure Ulysses)."""
+    where it is neither pure ring nor pure Ulysses). The schedules of
+    :data:`~trainmath.parallel.schedules.OPT_IN` (ZB-H2) only when asked for."""
     m = s.global_batch // (lay.dp * micro_batch)
     schedules = ["1f1b"] if lay.pp == 1 else [
         sch for sch in SCHEDULES if not schedule_problems(sch, lay.pp, lay.v, m)
-        and (sch != "zb-h1" or lay.v == 1 or s.schedules is not None)]
+        and (sch != "zb-h1" or lay.v == 1 or s.schedules is not None)
+        and (sch not in OPT_IN or s.schedules is not None)]
     kinds = ["ring"]
     if lay.cp > 1:
         hybrid = _hybrid_degree(s.model.heads // lay.tp, max(s.model.kv_heads // lay.tp, 1),

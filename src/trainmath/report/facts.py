@@ -139,7 +139,8 @@ def band_words() -> str:
 
 #: whose figures a pipeline schedule's bubble and memory are, as the outputs cite them
 SCHEDULE_SOURCES = {"1f1b": "Narayanan et al. 2021", "zb-h1": "Qi et al. 2024",
-                    "zb-v": "Qi et al. 2024", "dualpipev": "DeepSeek-AI 2024 and PyTorch's DualPipeV"}
+                    "zb-v": "Qi et al. 2024", "dualpipev": "DeepSeek-AI 2024 and PyTorch's DualPipeV",
+                    "zb-h2": "Qi et al. 2024", "dualpipe": "DeepSeek-AI 2024"}
 
 
 def pipeline_words(est: Estimate) -> str:

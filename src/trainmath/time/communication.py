@@ -281,7 +281,7 @@ def communication(
                                      weight_bytes=r.weights, grad_bytes=g).total
         if tp > 1:
             count = tensor_parallel_collectives(
-                sp.layers, first=i == 0, last=i == lay.last_device,
+                sp.layers, first=lay.holds_first(i), last=lay.holds_last(i),
                 sequence_parallel=lay.sequence_parallel, recompute=recompute, regather=regather,
             )
             tp_bytes = Bytes(count * tp_unit)

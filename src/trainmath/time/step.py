@@ -55,7 +55,7 @@ from ..model.moe import Routing, dispatch
 from ..model.shape import ModelShape, distinct_kinds, kind_counts, layer_kinds, layer_shape
 from ..parallel.layout import Layout
 from ..parallel.placement import _stage_params
-from ..parallel.schedules import V_SCHEDULES, _bubble_idle
+from ..parallel.schedules import TWO_WAY, V_SCHEDULES, _bubble_idle
 from .calibration import sustained as calibrated_sustained
 from .gemm import HBM_EFFICIENCY
 from .layer import Device, Work, embedding_work, head_work, layer_work
@@ -276,22 +276,26 @@ def _step_time(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap, k
     stage_t = [t + n * cp_layer for t, n in zip(stage_t, layers)]
     crit = max(range(lay.pp), key=lambda j: stage_t[j])
     t_max = stage_t[crit]
-    pipeline = m * t_max + _fill(lay, stage_t, passes, crit)
+    # DualPipe: a stage's time covers the device's two stages, and each micro-batch runs one
+    # of them on each device, so the device runs m/2 of them (DeepSeek-AI 2024 §3.2.1)
+    n = m // 2 if lay.schedule in TWO_WAY else m
+    pipeline = n * t_max + _fill(lay, stage_t, passes, crit)
     work, recomputed, tp_x, pp_x, fsdp_x, ep_x = stage_parts[crit]
     cp_x = layers[crit] * cp_layer
     # the optimizer and the step's tail wait for the slowest stage; stage 0 finishes last
-    return StepTime(gemm=m * work.gemm, attention=m * work.attention, memory=m * work.memory,
-                    recompute=m * recomputed, optimizer=max(opt), bubble=pipeline - m * t_max,
-                    tp=m * tp_x, cp=m * cp_x, pp=m * pp_x, dp=m * fsdp_x + dp_tails[0],
-                    ep=m * ep_x, microbatches=m, stages=tuple(stage_t),
-                    offload=m * host_x[crit])
+    return StepTime(gemm=n * work.gemm, attention=n * work.attention, memory=n * work.memory,
+                    recompute=n * recomputed, optimizer=max(opt), bubble=pipeline - n * t_max,
+                    tp=n * tp_x, cp=n * cp_x, pp=n * pp_x, dp=n * fsdp_x + dp_tails[0],
+                    ep=n * ep_x, microbatches=m, stages=tuple(stage_t),
+                    offload=n * host_x[crit])
 
 
 @lru_cache(maxsize=8192)
 def _core(lay: Layout) -> Layout:
     """``lay`` with the ring and the schedule that places its chunks alike (1F1B, or ZB-V for
     a V): what :func:`_stage_times` times, the same for every cp kind and schedule."""
-    canonical = "zb-v" if lay.schedule in V_SCHEDULES else "1f1b"
+    canonical = "zb-v" if lay.schedule in V_SCHEDULES else (
+        lay.schedule if lay.schedule in TWO_WAY else "1f1b")
     if (lay.cp_kind, lay.schedule) == ("ring", canonical):
         return lay
     return replace(lay, cp_kind="ring", schedule=canonical)
@@ -410,9 +414,8 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
     if lay.pp > 1:
         size = T * model.hidden * r.compute / (lay.tp if lay.sequence_parallel else 1)
         across = lay.tp * lay.cp * lay.dp >= fabric.node_gpus
-        pp_send = 2 * lay.v * collective_time("send", size, ranks=2,
-                                              ranks_per_node=1 if across else 2, gpu=gpu,
-                                              fabric=fabric)
+        pp_send = 2 * (2 if lay.schedule in TWO_WAY else lay.v) * collective_time(
+            "send", size, ranks=2, ranks_per_node=1 if across else 2, gpu=gpu, fabric=fabric)
     per_param = optimizer_bytes_per_param(grad_bytes=r.gradients, master=r.master_weights > 0)
     hbm = HBM_EFFICIENCY * accelerator(gpu).hbm_bandwidth
     seen: dict[tuple, tuple] = {}  # the middle stages are alike: each distinct one timed once
@@ -420,7 +423,7 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
     layers: list[int] = []  # per stage, the layers it runs (context parallelism's traffic)
     for i, sp in enumerate(params):
         L = on_device[i]
-        first, last = i == 0, i == lay.last_device
+        first, last = lay.holds_first(i), lay.holds_last(i)
         if len(kinds) == 1:
             held = {kinds[0]: L + (model.mtp_layers if last else 0)}
         else:
@@ -463,6 +466,14 @@ def _stage_times(model, lay, s, B, b, z, rc, recipe_name, impl, fabric, overlap,
             z, overlap, coll, n_dp=n_dp, layers=L, dense_layer=dense_layer,
             expert_layer=expert_layer, root=root, total=sp.total, w=w, g=g,
             forward=layer_compute_f, backward=layer_compute_b, pipelined=lay.pp > 1)
+        if lay.schedule in TWO_WAY and lay.pp > 1:
+            # each stage's gradients live on devices i and pp − 1 − i and are summed between
+            # the pair once a step (deepseek-ai/DualPipe, examples/example_dualpipe.py, "Check
+            # grads": p0.grad += the twin's p1.grad): an all-reduce of the device's gradients
+            # (its shard under ZeRO-2/3) over the two, after the backward, not overlapped
+            pair = sp.total * g / (n_dp if z >= 2 else 1)
+            tail += collective_time("all_reduce", pair, ranks=2,
+                                    ranks_per_node=1 if across else 2, gpu=gpu, fabric=fabric)
         tp_i = n_layers * tp_layer + extra_tp
         ep_i = moe_layers * ep_layer
         comm = tp_i + ep_i + pp_send + fsdp
@@ -494,12 +505,17 @@ def _fill(lay: Layout, stage_t: list[float], passes: tuple[tuple[float, float], 
     (:func:`trainmath.parallel.schedules.bubble_idle` for stages that differ): 1F1B fills and
     drains the other stages' time over v, (Σ t_i − t_max)/v; ZB-H1 and ZB-V the same of
     F + B − W = t − 2W (their W passes fill the rest); DualPipeV its slowest stage's
-    ((pp − 1)B + (pp − 2)(B − W))/2, B = t − F − W (the input's gradient with the traffic)."""
+    ((pp − 1)B + (pp − 2)(B − W))/2, B = t − F − W (the input's gradient with the traffic);
+    ZB-H2 the same sum over the other stages of max(F, F + B − 2W) = max(F, t − 3W), the
+    (pp − 1)·max(F, F + B − 2W) of stages alike."""
     if lay.schedule == "1f1b":
         return (sum(stage_t) - stage_t[crit]) / lay.v
     if lay.schedule in ("zb-h1", "zb-v"):
         g = [t - 2 * w for t, (_, w) in zip(stage_t, passes)]
         return max(0.0, sum(g) - g[crit]) / lay.v
+    if lay.schedule == "zb-h2":
+        return sum(max(f, t - 3 * w) for j, (t, (f, w)) in enumerate(zip(stage_t, passes))
+                   if j != crit)
     f, w = passes[crit]
     return _bubble_idle(lay.schedule, lay.pp, lay.v, f, stage_t[crit] - f - w, w)
 
@@ -525,7 +541,7 @@ def _stage_kinds(model: ModelShape, lay: Layout) -> tuple[dict, ...]:
     kinds = layer_kinds(model)
     for i, indices in enumerate(lay.device_layer_indices(model.layers)):
         counts = dict(kind_counts(model, indices))
-        if i == lay.last_device and model.mtp_layers:
+        if lay.holds_last(i) and model.mtp_layers:
             counts[kinds[-1]] = counts.get(kinds[-1], 0) + model.mtp_layers
         out.append(counts)
     return tuple(out)

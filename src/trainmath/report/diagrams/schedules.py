@@ -5,7 +5,8 @@ One row of bars per schedule, one bar per stage, each as long as that stage's ac
 :func:`trainmath.runs.estimates.estimate` of the same run with only the schedule (and the
 chunks it needs) changed: 1F1B's first stage holds pp micro-batches and its last one; the
 interleaved schedule adds (pp − 1)/(pp·v) to the first; ZB-H1 and ZB-V hold pp on every stage,
-their W passes waiting; DualPipeV pp + ½ (:func:`trainmath.parallel.schedules.in_flight`). Under
+their W passes waiting; ZB-H2 2·pp − 1 on every stage; DualPipeV pp + ½; DualPipe pp + 1 of one
+stage, its GPUs two stages each (:func:`trainmath.parallel.schedules.in_flight`). Under
 the V schedules the LM head's tensors sit on the first stage, which the V's last chunk comes
 back to. Beside each row, the step's bubble over its ideal time (the estimate's, F = B = W).
 
