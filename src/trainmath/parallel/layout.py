@@ -370,8 +370,9 @@ def _head_split_problems(model: ModelShape, tp: int, u: int) -> list[Problem]:
         problems.append(Problem(("cp", "cp_kind", "heads", "tp"), f"Ulysses context parallelism splits each "
                                 f"tensor-parallel rank's heads over cp: heads / tp = "
                                 f"{model.heads} / {tp} = {heads} is not divisible by cp {u} "
-                                "(DeepSpeed-Ulysses: the number of heads must be divisible by "
-                                "the sequence parallel size); accepted: cp a divisor of "
+                                "(whole heads, as many on every GPU, as trainmath counts them; "
+                                "DeepSpeed's uneven_heads_all2all would give some GPUs more); "
+                                "accepted: cp a divisor of "
                                 f"{heads}, or --cp-kind ring or hybrid"))
     elif kv % u and u % kv:
         problems.append(Problem(("cp", "cp_kind", "kv_heads", "tp"), f"Ulysses context parallelism splits "
