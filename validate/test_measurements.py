@@ -287,3 +287,28 @@ def test_reference_model_runs_the_kernels_trainmath_activations_counts(recorded)
         attention = "flash" if c["implementation"] == "reference-sdpa" else "eager"
         predicted = layer_activations(model, c["s"], c["b"], attention=attention).total.n
         assert set(c["measured"]["per_layer"]) == {predicted}, c["id"]
+
+
+def test_bubble_idle_is_what_pytorchs_orders_idle_over_a_grid():
+    """trainmath's bubble_idle for ZB-H1 (one chunk and two), ZB-V and DualPipeV against
+    PyTorch's own orders run pass by pass, for every pass time f ≤ b, w ≤ b from 1 to 5 units,
+    pp 2 to 8 and two step lengths: the recorded three timings alone would not tell the
+    papers' F + B − W forms from these."""
+    import itertools
+
+    from trainmath.parallel.schedules import bubble_idle
+    from validate.measure import pipeline
+    times = [t for t in itertools.product(range(1, 6), repeat=3) if t[0] <= t[1] and t[2] <= t[1]]
+    wrong = []
+    for cls, sch, v in (("InterleavedZeroBubble", "zb-h1", 1), ("InterleavedZeroBubble", "zb-h1", 2),
+                        ("ZBVZeroBubble", "zb-v", 2), ("DualPipeV", "dualpipev", 2)):
+        for pp in range(2, 9):
+            for m in (2 * pp, 3 * pp):
+                order = pipeline.pipeline_order(cls, pp, m, v)
+                for f, b, w in times:
+                    got = pipeline.idle(order, pp * v, f, b, w)
+                    lib = bubble_idle(sch, pp, v, forward=v * f, backward_input=v * b,
+                                      backward_weight=v * w)
+                    if abs(got - lib) > 1e-9:
+                        wrong.append((sch, pp, m, v, (f, b, w), got, lib))
+    assert not wrong, f"{len(wrong)} differ, e.g. {wrong[:3]} (schedule, pp, m, v, f/b/w, order, library)"

@@ -230,10 +230,13 @@ def bubble_idle(schedule: str, pp: int, v: int, *, forward: float, backward_inpu
     Qi et al. 2024, the whole device's layers):
 
     - ``1f1b``: (pp − 1)(F + B + W)/v (Narayanan et al. 2021 §2.2.1, §2.2.2);
-    - ``zb-h1``: (pp − 1)(F + B − W)/v (Qi et al. 2024, ZB-H1: a third of 1F1B's when F = B = W);
-    - ``zb-v``: (pp − 1)(F + B − W)/2, the fill of its V, each chunk half a device;
-    - ``dualpipev``: ((pp − 1)B + (pp − 2)(B − W))/2, with no credit for the overlap of a
-      forward and a backward (the F&B of deepseek-ai/DualPipe's README);
+    - ``zb-h1``: (pp − 1)·max(B, F + B − W)/v: Qi et al. 2024's ZB-H1, (p − 1)(T_F + T_B −
+      T_W), a third of 1F1B's when F = B = W, where W ≤ F; with W > F the W passes fill no
+      more than F's gap, and the stages idle (pp − 1)B/v;
+    - ``zb-v``: (pp − 1)·max(B/2, B − W), the fill of its V, each chunk half a device;
+    - ``dualpipev``: with f, b, w a chunk's (half of F, B, W) and k = min(pp − 1, 4),
+      (pp − 1)(2b − w) − min(f, k(b − f)), with no credit for the overlap of a forward and a
+      backward (the F&B of deepseek-ai/DualPipe's README);
     - ``zb-h2``: (pp − 1)·max(F, F + B − 2W). Qi et al. 2024 (Table of §2, ZB-H2) give
       (p − 1)(T_F + T_B − 2T_W), each stage's own idle in the parallelogram, which the
       generated order reproduces; a step whose optimizer waits for every stage (a global
@@ -249,10 +252,13 @@ def bubble_idle(schedule: str, pp: int, v: int, *, forward: float, backward_inpu
       (pp/2 − 1)F/2; ``validate/measure/pipeline.py``); this is the README's figure, an upper
       bound of it.
 
-    These are what PyTorch's own orders idle when each pass takes these times
-    (``validate/measure/pipeline.py`` runs them, torch 2.13), for F ≤ B and W ≤ B, as in a
-    transformer layer (B also holds attention's backward), and m at least
-    :func:`schedule_problems`' least. deepseek-ai/DualPipe's README writes DualPipeV's bubble
+    The forms for ``zb-h1``, ``zb-v`` and ``dualpipev`` are what PyTorch's own orders idle
+    when each pass takes these times (``validate/measure/pipeline.py`` runs them, torch 2.13,
+    and ``validate/test_measurements.py`` checks every form on a grid of pass times and pp 2 to
+    12), for F ≤ B and W ≤ B, as in a transformer layer (B also holds attention's backward),
+    and m at least :func:`schedule_problems`' least; read off those runs, they are exact there
+    (the F + B − W forms of the papers hold only where W ≤ F and, for the V schedules, at
+    F = B = W). deepseek-ai/DualPipe's README writes DualPipeV's bubble
     (PP/2 − 1)(F&B + B − 3W), their B the whole backward.
 
     >>> bubble_idle("zb-h1", 4, 1, forward=1, backward_input=1, backward_weight=1)
@@ -272,14 +278,15 @@ def _bubble_idle(schedule: str, pp: int, v: int, f: float, b: float, w: float) -
     if schedule == "1f1b":
         return (pp - 1) * (f + b + w) / v
     if schedule == "zb-h1":
-        return (pp - 1) * (f + b - w) / v
+        return (pp - 1) * max(b, f + b - w) / v
     if schedule == "zb-v":
-        return (pp - 1) * (f + b - w) / 2
+        return (pp - 1) * max(b / 2, b - w)
     if schedule == "zb-h2":
         return (pp - 1) * max(f, f + b - 2 * w)
     if schedule == "dualpipe":
         return (pp // 2 - 1) * (f + 2 * b - w) / 2
-    return ((pp - 1) * b + max(pp - 2, 0) * (b - w)) / 2
+    fc, bc, wc = f / 2, b / 2, w / 2  # dualpipev: a chunk's passes
+    return (pp - 1) * (2 * bc - wc) - min(fc, min(pp - 1, 4) * (bc - fc))
 
 
 def schedule_bubble(schedule: str, pp: int, m: int, v: int = 1, *, weight_share: float = 1 / 3

@@ -503,16 +503,20 @@ def _fill(lay: Layout, stage_t: list[float], passes: tuple[tuple[float, float], 
           ) -> float:
     """The pipeline's idle time beyond m micro-batches of its slowest stage, by schedule
     (:func:`trainmath.parallel.schedules.bubble_idle` for stages that differ): 1F1B fills and
-    drains the other stages' time over v, (Σ t_i − t_max)/v; ZB-H1 and ZB-V the same of
-    F + B − W = t − 2W (their W passes fill the rest); DualPipeV its slowest stage's
-    ((pp − 1)B + (pp − 2)(B − W))/2, B = t − F − W (the input's gradient with the traffic);
+    drains the other stages' time over v, (Σ t_i − t_max)/v; ZB-H1 the same of
+    max(B, F + B − W) = t − W − min(F, W) (its W passes fill the rest), ZB-V of
+    max(B/2, B − W), B = t − F − W (the input's gradient with the traffic); DualPipeV its
+    slowest stage's :func:`~trainmath.parallel.schedules.bubble_idle`;
     ZB-H2 the same sum over the other stages of max(F, F + B − 2W) = max(F, t − 3W), the
     (pp − 1)·max(F, F + B − 2W) of stages alike."""
     if lay.schedule == "1f1b":
         return (sum(stage_t) - stage_t[crit]) / lay.v
-    if lay.schedule in ("zb-h1", "zb-v"):
-        g = [t - 2 * w for t, (_, w) in zip(stage_t, passes)]
+    if lay.schedule == "zb-h1":
+        g = [t - w - min(f, w) for t, (f, w) in zip(stage_t, passes)]
         return max(0.0, sum(g) - g[crit]) / lay.v
+    if lay.schedule == "zb-v":
+        g = [max((t - f - w) / 2, t - f - 2 * w) for t, (f, w) in zip(stage_t, passes)]
+        return max(0.0, sum(g) - g[crit])
     if lay.schedule == "zb-h2":
         return sum(max(f, t - 3 * w) for j, (t, (f, w)) in enumerate(zip(stage_t, passes))
                    if j != crit)
