@@ -28,7 +28,6 @@ measures them.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
 import weakref
@@ -144,18 +143,23 @@ def attention_policy():
 
 class Checkpointed(nn.Module):
     """One decoder layer under op-level checkpointing: a fresh policy for every call, as
-    torchtitan's ``context_fn`` makes one."""
+    torchtitan's ``context_fn`` makes one. The ``context_fn`` is made here, outside ``forward``,
+    as torchtitan makes it before compiling its blocks: Dynamo refuses one made inside the
+    compiled region ("checkpoint not implemented for NestedUserFunctionVariable context_fn")."""
 
     def __init__(self, layer: nn.Module, policy: str) -> None:
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
         super().__init__()
         self.layer = layer
-        self.policy = {"torchtitan": torchtitan_policy, "attention": attention_policy}[policy]
+        make = {"torchtitan": torchtitan_policy, "attention": attention_policy}[policy]
+        self.context_fn = lambda: create_selective_checkpoint_contexts(make())
 
     def forward(self, *args):
-        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+        from torch.utils.checkpoint import checkpoint
 
         return checkpoint(self.layer, *args, use_reentrant=False, preserve_rng_state=False,
-                          context_fn=lambda: create_selective_checkpoint_contexts(self.policy()))
+                          context_fn=self.context_fn)
 
 
 def wrap_layers(net: nn.Module, policy: str) -> None:
@@ -297,24 +301,6 @@ def compile_layers(net: nn.Module, s: int, b: int = 1) -> None:
         layers[i] = Compiled(layer, traced)
 
 
-class _CheckpointedForCompile(nn.Module):
-    """:class:`Checkpointed` for ``torch.compile``: Dynamo takes a ``context_fn`` defined
-    outside the compiled region (a function made in ``forward``, like :class:`Checkpointed`'s,
-    raises "checkpoint not implemented for NestedUserFunctionVariable context_fn"), as
-    torchtitan's ``_apply_op_sac`` makes it before compiling its blocks."""
-
-    def __init__(self, layer: nn.Module, context_fn) -> None:
-        super().__init__()
-        self.layer = layer
-        self.context_fn = context_fn
-
-    def forward(self, *args):
-        from torch.utils.checkpoint import checkpoint
-
-        return checkpoint(self.layer, *args, use_reentrant=False, preserve_rng_state=False,
-                          context_fn=self.context_fn)
-
-
 def compile_op_layers(net: nn.Module, policy: str, s: int, b: int = 1) -> None:
     """Every decoder layer of ``net`` under op-level checkpointing with ``policy`` and then
     ``torch.compile`` (torchtitan's order: ``apply_ac`` before ``apply_compile``), with
@@ -327,13 +313,6 @@ def compile_op_layers(net: nn.Module, policy: str, s: int, b: int = 1) -> None:
     compiled frame would, with its own parameters."""
     from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-    make = {"torchtitan": torchtitan_policy, "attention": attention_policy}[policy]
-
-    def context_fn():
-        return create_selective_checkpoint_contexts(make())
-
     def nop(gm, _inputs):
         return make_boxed_func(gm)
 
@@ -354,7 +333,7 @@ def compile_op_layers(net: nn.Module, policy: str, s: int, b: int = 1) -> None:
     torch._dynamo.reset()
     with warnings.catch_warnings():  # Dynamo instantiates the norms' autograd.Function itself,
         warnings.simplefilter("ignore", DeprecationWarning)  # which warns (an error under pytest)
-        torch.compile(_CheckpointedForCompile(first, context_fn), backend=capture,
+        torch.compile(Checkpointed(first, policy), backend=capture,
                       fullgraph=True)(x, (cos, sin), None)
     names = {id(t): n for n, t in first.named_parameters()}
     order = []
@@ -399,9 +378,10 @@ def measure_compiled_op(model: str, s: int, b: int = 1, policy: str = "torchtita
     compiled function saves with ``ctx.save_for_backward``, no policy cache is left at run time."""
     from . import saved
 
-    with _building(functools.partial(compile_op_layers, policy=policy, s=s, b=b)):
-        return saved.measure_saved(model, "reference-sdpa", s, b, "bf16", layers=layers,
-                                   backward=True)
+    return saved.measure_saved(model, "reference-sdpa", s, b, "bf16", layers=layers,
+                               backward=True,
+                               prepare=functools.partial(compile_op_layers, policy=policy, s=s,
+                                                         b=b))
 
 
 def measure_compiled(model: str, s: int, b: int = 1, layers: int | None = None) -> dict:
@@ -409,24 +389,5 @@ def measure_compiled(model: str, s: int, b: int = 1, layers: int | None = None) 
     counted as ``saved.measure_saved`` counts it."""
     from . import saved
 
-    with _building(functools.partial(compile_layers, s=s, b=b)):
-        return saved.measure_saved(model, "reference-sdpa", s, b, "bf16", layers=layers,
-                                   backward=True)
-
-
-@contextlib.contextmanager
-def _building(prepare):
-    """``saved``'s model builder with ``prepare`` applied to each model it builds."""
-    from . import saved
-
-    def prepared(*args, **kwargs):
-        net = build(*args, **kwargs)
-        prepare(net)
-        return net
-
-    old = saved.build
-    saved.build = prepared
-    try:
-        yield
-    finally:
-        saved.build = old
+    return saved.measure_saved(model, "reference-sdpa", s, b, "bf16", layers=layers,
+                               backward=True, prepare=functools.partial(compile_layers, s=s, b=b))

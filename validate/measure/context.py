@@ -27,11 +27,9 @@ from unittest import mock
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .models import build, decoder_layers, loss_of, spec_of, vocab_of
-from .saved import PRECISIONS, _summarise, layer_scopes
-from .tracking import SavedTensorCounter
+from .models import decoder_layers
+from .saved import measure_saved
 
 F = torch.nn.functional
 
@@ -146,27 +144,10 @@ def measure_cp_saved(model: str | dict, s: int, cp: int, b: int = 1, *, kind: st
         raise ValueError(f"cp kind {kind!r}; accepted: {', '.join(CP_KINDS)}")
     if s % cp:
         raise ValueError(f"s {s} is not divisible by cp {cp}")
-    spec = spec_of(model, s)
-    param_dtype, autocast = PRECISIONS[precision]
-    with fake_group(cp, rank) as group, (FakeTensorMode() if fake else contextlib.nullcontext()):
-        torch.manual_seed(0)
-        net = build("reference-sdpa", spec, param_dtype, layers)
-        ulysses(net, group)
-        vocab = vocab_of(spec)
-        tokens = torch.randint(0, vocab, (b, s // cp))
-        targets = torch.randint(0, vocab, (b, s // cp))
-        counter = SavedTensorCounter(parameters=[*net.parameters(), *net.buffers()],
-                                     inputs=[tokens, targets])
-        cast = torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext()
-        with layer_scopes(counter, decoder_layers(net)):
-            with counter(), cast:
-                loss = loss_of(net, tokens, targets)
-            if backward:
-                loss.backward()
-                missing = [n for n, p in net.named_parameters() if p.grad is None]
-                assert not missing, f"no gradient reached {missing[:3]}"
-        result = _summarise(counter, len(decoder_layers(net)))
-        result["attention_ops"] = sorted({t.op for t in counter.saved.values()
-                                          if "attention" in t.op})
-        counter.release()
-        return result
+    with fake_group(cp, rank) as group:
+        result = measure_saved(model, "reference-sdpa", s // cp, b, precision, layers=layers,
+                               backward=backward, fake=fake,
+                               prepare=lambda net: ulysses(net, group))
+    # the attention kernels alone, as the cp- records list them (not the loss's log-softmax)
+    result["attention_ops"] = [op for op in result["attention_ops"] if "attention" in op]
+    return result

@@ -61,7 +61,7 @@ def _entry(t) -> list:
 
 def measure_saved(model: str | dict | ConfigFile, implementation: str, s: int, b: int = 1,
                   precision: str = "bf16", layers: int | None = None, backward: bool = False,
-                  fake: bool = True) -> dict:
+                  fake: bool = True, prepare=None) -> dict:
     """Bytes ``implementation`` saves for backward for one micro-batch of ``model``.
 
     ``model``: a name of ``shapes.SHAPES`` or ``hfconfigs.CONFIG_FILES``, a shape dict or a
@@ -71,12 +71,15 @@ def measure_saved(model: str | dict | ConfigFile, implementation: str, s: int, b
     ``layers`` overrides the number of layers; ``backward`` also runs the backward pass;
     ``fake=False`` runs on real tensors (small shapes only: the tests compare the two). A
     config.json model's result adds ``runs`` (what transformers ran) and ``layer_groups``.
+    ``prepare``, if given, is called on the model once built (a technique wrapping its layers).
     """
     spec = spec_of(model, s)
     param_dtype, autocast = PRECISIONS[precision]
     with (FakeTensorMode() if fake else contextlib.nullcontext()):
         torch.manual_seed(0)
         net = build(implementation, spec, param_dtype, layers)
+        if prepare is not None:
+            prepare(net)
         vocab = vocab_of(spec)
         tokens = torch.randint(0, vocab, (b, s))
         targets = torch.randint(0, vocab, (b, s))

@@ -352,12 +352,11 @@ def compare_schedule(record: dict) -> list[Comparison]:
     sch, pp, m, v = record["schedule"], record["pp"], record["m"], record["v"]
     cid, got = record["id"], record["measured"]
     c = 2 if sch in TWO_WAY else v  # DualPipe: a device's micro-batch is two stages' passes
-    out = [Comparison(cid, "schedule", f"rank {i} in flight (chunk-micro-batches)", n,
-                      int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * c))
+    want = [int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * c) for i in range(pp)]
+    out = [Comparison(cid, "schedule", f"rank {i} in flight (chunk-micro-batches)", n, want[i])
            for i, n in enumerate(got["in_flight_chunks"])]
     out += [Comparison(cid, "schedule", f"rank {i} in flight, PyTorch's runtime on a fake "
-                       "process group", n,
-                       int(in_flight(pp, v=v, microbatches=m, stage=i, schedule=sch) * c))
+                       "process group", n, want[i])
             for i, n in enumerate(got.get("runtime_in_flight_chunks", ()))]
     if sch in TWO_WAY:  # the library's idle is the README's, an upper bound of the order's
         return out
