@@ -17,10 +17,13 @@ the KV cache is allocated, outside the requested budget.
 
 The KV cache is then cut into blocks of ``block_size`` tokens, every layer's page the same
 (``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks``: ``available // page_size //
-num_layers``); the log's "GPU KV cache size: N tokens" is blocks × block_size and "Maximum
+num_layers``); the log's "GPU KV cache size: N tokens" is blocks × block_size (v0.10's
+``num_blocks // len(grouped_layers) * block_size``, one group for a uniform model) and "Maximum
 concurrency for L tokens per request: X x" is blocks / cdiv(L, block_size)
-(``get_max_concurrency_for_kv_cache_config``, v0.10). Newer versions log
-int(concurrency × L) tokens, the same when block_size divides L.
+(``get_max_concurrency_for_kv_cache_config``). Newer versions' ``_report_kv_cache_config`` logs
+int(concurrency × L) tokens, the same when block_size divides L. With tp > 1 every rank
+profiles its own memory and the engine keeps the fewest blocks of all
+(``unify_kv_cache_configs``): the capacity is the poorest rank's.
 
 >>> from trainmath.model.presets import preset
 >>> kv_bytes_per_token(preset("llama-3-8b")).n, kv_bytes_per_token(preset("llama-3-8b"), tp=2).n
@@ -196,7 +199,9 @@ def kv_capacity(*, available: Bytes, per_token: Bytes, block_size: int,
 def engine_weights(model: ModelShape, *, weights: str = "bf16", tp: int = 1) -> Bytes:
     """One rank's weights: the layers' matrices in ``weights`` (:data:`WEIGHT_BYTES`), the rest
     16-bit, split over tp (vocabulary-parallel embedding and LM head; norms, replicated, are
-    counted once), plus the rotary cos/sin cache, max_positions × rotary dims in 16 bits. vLLM
+    counted once), plus the rotary cos/sin cache, max_positions × rotary dims in 16 bits
+    (``vllm/model_executor/layers/rotary_embedding.py`` ``RotaryEmbedding.__init__`` registers
+    ``cos_sin_cache`` of (max_position_embeddings, rotary_dim), ``cache.to(dtype)``). vLLM
     loads no multi-token-prediction module without speculative decoding. Llama-3.1-8B this way:
     16,094,076,928 bytes, 14.9889 GiB; vLLM logs "Loading model weights took 14.9888 GB" (GiB)."""
     per = WEIGHT_BYTES.get(choice("weights", weights, ENGINE_WEIGHTS))
