@@ -20,7 +20,7 @@ from .units import Bytes
 
 #: What a derivation can be about: the topic a page of the site explains (a report links it).
 TOPICS = ("states", "frameworks", "zero", "fsdp2", "activations", "pipeline", "peak", "fits",
-          "offload", "time", "finetune", "moe")
+          "offload", "time", "finetune", "moe", "posttraining")
 
 
 @dataclass(frozen=True)

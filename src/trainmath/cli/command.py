@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..memory.finetune import Adapter, DEFAULT_TARGETS
 from ..memory.finetune_presets import adapter_preset
 from ..memory.offload import Tiers
+from ..memory.rollout import Engine
 from ..memory.training import Training
 from ..model.hfconfig import load_config
 from ..model.moe import Routing
@@ -36,7 +37,9 @@ from ..report.data import check_json, estimate_json, plan_json
 from ..report.text import render, render_check, render_plan
 from ..runs.description import Budget, Gpu, Run
 from ..runs.estimates import Estimate, estimate
+from ..runs.post_training import PostTraining, PostTrainingEstimate, post_training_estimate
 from ..runs.rules import time_problems
+from ..report.post_training import post_training_json, render_post_training
 from ..checks.diagnosis import Diagnosis, diagnose
 from ..checks.loglines import read_log
 from ..checks.oom import read_oom
@@ -79,6 +82,56 @@ def _adapter(args: argparse.Namespace) -> Adapter | None:
 _PRESET_FLAGS = {"finetune": "full", "lora_rank": None, "lora_targets": None, "lora_dropout": None,
                  "norm_dtype": None, "recipe": None, "optimizer": "adamw", "recompute": "none",
                  "micro_batch": 1, "seq_len": None}
+
+
+#: The post-training flags, with the value each has when not given (the others need
+#: --post-training).
+_POST_FLAGS = {"placement": "colocated", "prompt_len": 512, "response_len": 1024, "prompts": 1,
+               "group_size": None, "logprob_micro_batch": None, "rollout_gpus": None,
+               "reference": None, "reward_model": None, "offload_reference": False,
+               "offload_policy": False, "rollout_tp": 1, "gpu_memory_utilization": 0.9,
+               "rollout_weights": "bf16", "kv_cache_dtype": "auto", "block_size": 16,
+               "max_model_len": None, "max_num_seqs": 256, "max_num_batched_tokens": None,
+               "enforce_eager": False, "sleep_level": 0}
+
+
+def _post_training(args: argparse.Namespace) -> PostTraining | None:
+    """The post-training setup the flags describe, or None without --post-training."""
+    given = [k for k, default in _POST_FLAGS.items()
+             if getattr(args, k, default) != default]
+    if getattr(args, "post_training", None) is None:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --post-training dpo, ppo or "
+                             "grpo (it describes a post-training step)")
+        return None
+    if args.suggest:
+        raise UsageError("--suggest does not take --post-training yet: it changes the policy's "
+                         "run alone; read each phase's parts instead")
+    if args.post_training == "dpo":
+        engine_flags = [k for k in given if k in _ENGINE_FLAGS or k in ("prompts", "rollout_gpus")]
+        if engine_flags:
+            raise UsageError(f"--{engine_flags[0].replace('_', '-')} describes the rollout engine, "
+                             "and dpo generates nothing (accepted for ppo and grpo)")
+    engine = Engine(gpu_memory_utilization=args.gpu_memory_utilization, tp=args.rollout_tp,
+                    weights=args.rollout_weights, kv_dtype=args.kv_cache_dtype,
+                    block_size=args.block_size, max_model_len=args.max_model_len,
+                    max_num_seqs=args.max_num_seqs,
+                    max_num_batched_tokens=args.max_num_batched_tokens,
+                    cuda_graphs=not args.enforce_eager, sleep_level=args.sleep_level)
+    return PostTraining(args.post_training, placement=args.placement, engine=engine,
+                        prompt_len=args.prompt_len, response_len=args.response_len,
+                        prompts=args.prompts, group_size=args.group_size,
+                        reference=args.reference, reward_model=args.reward_model,
+                        offload_reference=args.offload_reference,
+                        offload_policy=args.offload_policy,
+                        logprob_micro_batch=args.logprob_micro_batch,
+                        rollout_gpus=args.rollout_gpus)
+
+
+#: The flags of the rollout engine (ppo and grpo only).
+_ENGINE_FLAGS = ("placement", "rollout_tp", "gpu_memory_utilization", "rollout_weights",
+                 "kv_cache_dtype", "block_size", "max_model_len", "max_num_seqs",
+                 "max_num_batched_tokens", "enforce_eager", "sleep_level")
 
 
 def _with_adapter_recipe(args: argparse.Namespace) -> argparse.Namespace:
@@ -172,7 +225,7 @@ class Outcome:
     status: int
     stdout: str
     stderr: str
-    result: Estimate | Plan | None = None
+    result: Estimate | Plan | PostTrainingEstimate | None = None
     args: argparse.Namespace | None = None
     problems: tuple[Problem, ...] = ()
     #: with ``estimate --suggest``: what to change, or the room to spare
@@ -192,6 +245,9 @@ def execute(argv: Sequence[str]) -> Outcome:
         elif args.command == "check":
             result = _check(args)
             out = check_json(result) if args.json else render_check(result)
+        elif (post := _post_training(args)) is not None:
+            result = post_training_estimate(to_run(args), post)
+            out = post_training_json(result) if args.json else render_post_training(result)
         elif args.suggest:
             from ..planner.suggest import suggest  # only here: the command starts faster
             suggestions = suggest(to_run(args))

@@ -33,6 +33,8 @@ from ..memory.kernels import (ACTIVATION_OFFLOADS, ATTENTION_KINDS, DEFAULT_LOSS
                               IMPLEMENTATIONS, LOSS_KINDS, MLP_KERNELS, RECOMPUTE_KINDS)
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
 from ..memory.offload import OFFLOAD_DEVICES
+from ..memory.post_training import ALGORITHMS, PLACEMENTS, REFERENCES
+from ..memory.rollout import ENGINE_WEIGHTS, KV_DTYPES, SLEEP_LEVELS
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
 from ..model.hfconfig import COMPOSITE, FAMILIES
 from ..model.moe import EXPERT_LOADS
@@ -261,6 +263,7 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
                  ("time", "the step-time model (with --global-batch and --gpu; stated in the "
                           "output)"),
                  ("finetune", "fine-tuning (LoRA, QLoRA)"),
+                 ("posttraining", "post-training (DPO, PPO, GRPO) and its rollout engine (vLLM)"),
                  ("output", "output")),
     "check": (("measured", "what the run showed"),
               ("model", "model (a preset, a parameter count, or a shape)"),
@@ -275,6 +278,7 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
 _BOTH = ("estimate", "plan", "check")  # the model flags
 _EST = ("estimate", "check")  # check describes the run with estimate's flags
 _CHECK = ("check",)
+_POST = ("estimate",)  # post-training: estimate only
 _PLAN = ("plan",)
 _RECIPES = (*RECIPES, *RECIPE_ALIASES)
 _GPUS = (*GPUS, *GPU_ALIASES)
@@ -501,6 +505,59 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--no-double-quant",), _EST, "finetune", "qlora: fp32 block constants (0.5 bits per "
          "weight) instead of Double Quantization's 8-bit ones (0.127 bits)", kind="off",
          dest="double_quant"),
+    # estimate: post-training
+    Flag(("--post-training",), _POST, "posttraining", "dpo, ppo or grpo: the memory of each phase "
+         "of a post-training step (generation, log-probs, training), per device; the model, "
+         "training and layout flags describe the policy. " + "; ".join(
+             f"{k}: {v}" for k, v in ALGORITHMS.items()), choices=tuple(ALGORITHMS),
+         what="post-training algorithm", metavar="ALGO"),
+    Flag(("--placement",), _POST, "posttraining", "where the rollout engine runs: "
+         + "; ".join(f"{k}: {v}" for k, v in PLACEMENTS.items()) + " (default colocated)",
+         choices=tuple(PLACEMENTS), what="placement", default="colocated"),
+    *_positive_flags(_POST, "posttraining", (
+        ("prompt-len", "tokens of a prompt (default 512): the trainer's sequences are prompt and "
+                       "response (--seq-len, if given, must equal their sum)", 512, "N"),
+        ("response-len", "tokens of a response (default 1024)", 1024, "N"),
+        ("prompts", "prompts one engine generates for at once (default 1)", 1, "N"),
+        ("group-size", "grpo: completions per prompt (default 8, TRL's num_generations)", None, "G"),
+        ("logprob-micro-batch", "sequences of one no-grad log-prob pass (default: --micro-batch; "
+                                "dpo: examples, two sequences each)", None, "B"),
+        ("rollout-gpus", "split: the engine's GPUs (default: --rollout-tp)", None, "N"))),
+    Flag(("--reference",), _POST, "posttraining", "the frozen reference: model (a copy in "
+         "16-bit, the default), none (no KL term, TRL's GRPO default beta 0), precomputed (dpo's "
+         "precompute_ref_log_probs: not loaded) or adapter (the base with the adapter off, the "
+         "default with --finetune lora or qlora)", choices=REFERENCES, what="reference"),
+    Flag(("--reward-model",), _POST, "posttraining", "a frozen reward model of the policy's "
+         "shape is loaded (default: for ppo only; grpo recipes use rule-based rewards)",
+         kind="both"),
+    Flag(("--offload-reference",), _POST, "posttraining", "the reference waits in CPU memory "
+         "outside its log-prob pass (verl's ref.fsdp_config.param_offload)", kind="on",
+         default=False),
+    Flag(("--offload-policy",), _POST, "posttraining", "the trained models' states wait in CPU "
+         "memory during generation and only their parameters come back for the log-prob pass "
+         "(verl's actor param_offload and optimizer_offload)", kind="on", default=False),
+    *_positive_flags(_POST, "posttraining", (
+        ("rollout-tp", "the engine's tensor-parallel size (default 1)", 1, "N"),)),
+    Flag(("--gpu-memory-utilization",), _POST, "posttraining", "vLLM's share of each GPU's total "
+         "memory for weights, activations and the KV cache (default 0.9)",
+         parse=parse_fraction, default=0.9, metavar="F"),
+    Flag(("--rollout-weights",), _POST, "posttraining", "the engine's weights: "
+         + ", ".join(ENGINE_WEIGHTS) + " (default bf16)", choices=ENGINE_WEIGHTS,
+         what="engine weights", default="bf16", metavar="FORMAT"),
+    Flag(("--kv-cache-dtype",), _POST, "posttraining", "auto (the model's 16-bit dtype, the "
+         "default) or fp8", choices=KV_DTYPES, what="KV cache dtype", default="auto"),
+    *_positive_flags(_POST, "posttraining", (
+        ("block-size", "tokens per KV-cache block (default 16)", 16, "N"),
+        ("max-model-len", "the engine's longest sequence (default: prompt + response)", None, "N"),
+        ("max-num-seqs", "sequences the engine runs at once (default 256)", 256, "N"),
+        ("max-num-batched-tokens", "tokens of the engine's profiling forward (default: "
+                                   "vLLM's for the GPU)", None, "N"))),
+    Flag(("--enforce-eager",), _POST, "posttraining", "no CUDA graphs (vLLM's enforce_eager)",
+         kind="on", default=False),
+    Flag(("--sleep-level",), _POST, "posttraining", "vLLM's sleep mode between generations: 0 "
+         "(off, the default: the engine keeps its memory), 1 (weights to CPU memory, the KV cache "
+         "freed) or 2 (both freed)", choices=SLEEP_LEVELS, what="sleep level", convert=int,
+         default=0),
     Flag(("--suggest",), ("estimate",), "output", "what to change: when the run does not fit, "
          "the smallest change of each lever that makes it fit (recompute, ZeRO stage, offload, "
          "more GPUs, a shorter sequence, a smaller micro-batch, kernels; two levers together "

@@ -225,6 +225,38 @@ PRESETS: dict[str, ModelShape] = {
                    "biases, sinks, a 128-token window on every other layer); OpenAI 2025, "
                    "gpt-oss-120b & gpt-oss-20b Model Card, §2",
         ),
+        shape(
+            "llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+            vocab=128256, max_positions=131072,
+            source=_LLAMA3.format("Llama-3.1-8B") + "; max_position_embeddings 131072 (the "
+                   "Llama 3 8B shape, trained on to 128K tokens, §3.4.2)",
+        ),
+        shape(
+            "qwen2-7b", layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=152064,
+            qkv_bias=True, max_positions=131072,
+            source="config.json of Qwen/Qwen2-7B (biases on q, k and v; 4 key-value heads; "
+                   "untied head); Yang et al. 2024, Qwen2 Technical Report, Table 1",
+        ),
+        shape(
+            "qwen2.5-7b", layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=152064,
+            qkv_bias=True, max_positions=131072,
+            source="config.json of Qwen/Qwen2.5-7B (the Qwen2 7B shape; Qwen2.5-Math-7B keeps it "
+                   "with max_position_embeddings 4096); Qwen Team 2024, Qwen2.5 Technical "
+                   "Report, Table 1",
+        ),
+        shape(
+            "qwen2.5-14b", layers=48, hidden=5120, heads=40, kv_heads=8, ffn=13824, vocab=152064,
+            qkv_bias=True, max_positions=131072,
+            source="config.json of Qwen/Qwen2.5-14B (Qwen2.5-Coder-14B keeps the shape); Qwen "
+                   "Team 2024, Qwen2.5 Technical Report, Table 1",
+        ),
+        shape(
+            "qwen2-72b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=29568, vocab=152064,
+            qkv_bias=True, max_positions=131072,
+            source="config.json of Qwen/Qwen2-72B (biases on q, k and v; 8 key-value heads; "
+                   "Qwen2.5-72B keeps the shape); "
+                   "Yang et al. 2024, Qwen2 Technical Report, Table 1",
+        ),
     )
 }
 
@@ -255,7 +287,7 @@ TRAINING_DEFAULTS: dict[str, TrainedWith] = {
         "bf16-mixed", "megatron-te",
         "megatron-te: attention that stores no s×s tensor, Touvron et al. 2023a (LLaMA) §2.4, "
         "kept for Llama 2 (Touvron et al. 2023b §2.2); " + _NO_RECIPE)),
-    **dict.fromkeys(("llama-3-8b", "llama-3-70b"), TrainedWith(
+    **dict.fromkeys(("llama-3-8b", "llama-3.1-8b", "llama-3-70b"), TrainedWith(
         "bf16-mixed", "megatron-te",
         "megatron-te: FlashAttention-style kernels, as for Llama 2 (assumed: Dubey et al. 2024 "
         "do not name their attention kernel); " + _NO_RECIPE)),
@@ -276,7 +308,8 @@ TRAINING_DEFAULTS: dict[str, TrainedWith] = {
         "bf16-mixed", "megatron-eager",
         "megatron-eager: Megatron-LM's unfused attention, the layer Korthikanti et al. 2022 §4.1 "
         "count for this shape (GPT-3 predates FlashAttention); " + _NO_RECIPE),
-    **dict.fromkeys(("qwen3-8b", "qwen3-30b-a3b", "gemma-2-9b", "gpt-oss-20b"), TrainedWith(
+    **dict.fromkeys(("qwen3-8b", "qwen3-30b-a3b", "gemma-2-9b", "gpt-oss-20b", "qwen2-7b",
+                     "qwen2.5-7b", "qwen2.5-14b", "qwen2-72b"), TrainedWith(
         "bf16-mixed", "megatron-te",
         "megatron-te: FlashAttention-style kernels (assumed: the reports name no kernels); "
         + _NO_RECIPE)),

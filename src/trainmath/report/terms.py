@@ -54,6 +54,7 @@ LINKS = {
     "time": "cli.html#beyond-the-states-zero-3s-units-overhead-offload-and-time",
     "finetune": "fine-tuning.html",
     "moe": "mixture-of-experts.html",
+    "posttraining": "post-training.html",
 }
 
 @dataclass(frozen=True)

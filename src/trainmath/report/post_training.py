@@ -1,0 +1,163 @@
+"""A post-training estimate as ``trainmath estimate --post-training`` prints it, and as JSON: each
+phase per device, part by part, the peak and whether it fits, and the rollout engine's memory
+with vLLM's own start-up figures (:mod:`trainmath.runs.post_training`, :mod:`trainmath.memory.rollout`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..runs.post_training import ALGORITHMS, PLACEMENTS, PostTrainingEstimate
+from ..units import Bytes
+from .data import estimate_dict
+
+#: How each reference is described.
+REFERENCE_WORDS = {
+    "model": "a frozen copy in 16-bit",
+    "none": "none (no KL term: TRL's GRPO default, beta 0)",
+    "precomputed": "precomputed before training (precompute_ref_log_probs), not loaded",
+    "adapter": "the base with the adapter off: no second copy",
+}
+
+
+def _whole(b: Bytes) -> Bytes:
+    return Bytes(math.ceil(b.n))
+
+
+def _amount(b: Bytes) -> str:
+    w = _whole(b)
+    return f"{w.format('GB', 2):>10} {w.format('GiB', 2):>11}"
+
+
+def render_post_training(e: PostTrainingEstimate) -> str:
+    """The readable report: setup, each phase part by part, the peak and the fit, the engine."""
+    p, r, pol = e.post, e.run, e.policy
+    t, lay = r.training, r.layout
+    name = r.shape.name
+    how = "" if e.engine is None else f", {p.placement} ({PLACEMENTS[p.placement]})"
+    lines = [f"post-training: {p.algorithm.upper()}{how}",
+             f"  models: {ALGORITHMS[p.algorithm]}",
+             f"  policy: {name}, {r.params:,} parameters, recipe {t.recipe}, {t.optimizer}, "
+             f"ZeRO stage {t.zero_stage}, layout {lay.describe()}",
+             f"  reference: {REFERENCE_WORDS[e.reference]}"
+             + (", in CPU memory outside its pass" if p.offload_reference else "")]
+    if p.algorithm != "dpo":
+        lines.append(f"  reward model: {'a frozen copy in 16-bit' if p.has_reward_model() else 'none (rule-based rewards)'}"
+                     + ("; critic: the policy's shape with a value head, trained" if e.critic else ""))
+    seqs = (f"{r.batch.micro_batch // 2} examples × (chosen + rejected) = {r.batch.micro_batch} "
+            "sequences" if p.algorithm == "dpo" else f"{r.batch.micro_batch} sequences")
+    lines.append(f"  sequences: prompt {p.prompt_len} + response {p.response_len} = {p.seq_len} "
+                 f"tokens; training micro-batch {seqs}")
+    for group in e.groups:
+        where = ("each trainer GPU" if group == "trainer" else
+                 f"each rollout GPU ({p.rollout_gpus or p.engine.tp} in all)")
+        lines.append(f"per device, phase by phase ({where}):")
+        for ph in (x for x in e.phases if x.gpus == group):
+            lines.append(f"  {ph.name:<28}{_amount(ph.total)}   ({ph.when})")
+            for k, v in ph.as_dict().items():
+                lines.append(f"    {k:<26}{_amount(v)}")
+        top = e.peak(group)
+        lines.append(f"  {'peak: ' + top.name:<28}{_amount(top.total)}")
+        fits = e.fits(group)
+        if fits is not None:
+            cap = _whole(r.gpu.memory)
+            extra = f" with --overhead {r.overhead.format('GiB', 2)}" if r.overhead.n else ""
+            need = top.total + r.overhead
+            verdict = (f"yes, {_whole(r.gpu.memory - need).format('GB', 2)} to spare" if fits
+                       else f"no, {_whole(need - r.gpu.memory).format('GB', 2)} over")
+            lines.append(f"  fits in {cap.format('GB', 2)} ({cap.format('GiB', 2)}){extra}: {verdict}")
+    lines.extend(engine_lines(e))
+    lines.append(f"the policy's step: {pol.peak.bytes.format('GB', 2)} at its peak "
+                 f"({pol.peak.phase}); trainmath estimate without --post-training (and "
+                 f"--micro-batch {r.batch.micro_batch}) prints it in full")
+    lines.append("sources: phases and models, trainmath.runs.post_training (Ouyang et al. 2022 "
+                 "§3.5; Rafailov et al. 2023;")
+    lines.append("  Shao et al. 2024 §4.1; TRL, verl); the engine, vLLM's own arithmetic "
+                 "(trainmath.memory.rollout);")
+    lines.append("  the policy's step, trainmath.runs.estimates. GB = 10^9 bytes, GiB = 2^30 bytes")
+    return "\n".join(lines)
+
+
+def engine_lines(e: PostTrainingEstimate) -> list[str]:
+    """The rollout engine on one of its GPUs: what it reserves, and vLLM's start-up figures."""
+    g, p = e.engine, e.post
+    if g is None:
+        return []
+    eng = p.engine
+    kv = g.kv
+    lines = [f"rollout engine (vLLM, tp {eng.tp}, {eng.weights} weights, KV {eng.kv_dtype}, "
+             f"block {eng.block_size}, sleep level {eng.sleep_level}), on one of its GPUs:",
+             f"  {'requested':<28}{_amount(g.requested)}   (gpu_memory_utilization "
+             f"{eng.gpu_memory_utilization:g} × the GPU's total)",
+             f"    {'weights':<26}{_amount(g.weights)}",
+             f"    {'activations (profiled)':<26}{_amount(g.activations)}",
+             f"    {'non-torch':<26}{_amount(g.non_torch)}",
+             f"    {'KV cache':<26}{_amount(kv.available)}",
+             f"  {'CUDA graphs':<28}{_amount(g.cuda_graphs)}",
+             f"  {'awake, in all':<28}{_amount(g.awake())}"]
+    if eng.sleep_level:
+        lines.append(f"  {f'asleep (level {eng.sleep_level})':<28}{_amount(g.asleep(eng.sleep_level))}")
+    lines.append(f"  KV cache: {kv.blocks:,} blocks × {eng.block_size} tokens = {kv.tokens:,} tokens "
+                 f"({_whole(kv.per_token).n:,} B per token); vLLM logs \"GPU KV cache size: "
+                 f"{kv.tokens:,} tokens\" and \"Maximum concurrency for {e.engine_len:,} tokens per "
+                 f"request: {kv.concurrency:.2f}x\"")
+    holds = e.kv_holds
+    lines.append(f"  rollout: {p.prompts} prompt{'s' if p.prompts > 1 else ''} × "
+                 f"{p.generations} = {e.rollout_sequences} sequences at once, "
+                 f"{e.kv_tokens_needed:,} tokens of cache: "
+                 + ("all held at once" if holds >= e.rollout_sequences else
+                    f"{holds} held at once; vLLM preempts the rest and recomputes them (slower, "
+                    "not out of memory)"))
+    return lines
+
+
+def post_training_dict(e: PostTrainingEstimate) -> dict:
+    """The estimate as plain data: whole bytes (rounded up), each phase by part."""
+    p, r = e.post, e.run
+
+    def whole(b: Bytes) -> int:
+        return math.ceil(b.n)
+
+    out = {
+        "algorithm": p.algorithm, "placement": None if e.engine is None else p.placement,
+        "reference": e.reference, "reward_model": p.has_reward_model(),
+        "critic": e.critic is not None,
+        "prompt_len": p.prompt_len, "response_len": p.response_len, "seq_len": p.seq_len,
+        "micro_batch_sequences": r.batch.micro_batch,
+        "phases": [{"name": ph.name, "gpus": ph.gpus, "when": ph.when,
+                    "parts": {k: whole(v) for k, v in ph.as_dict().items()},
+                    "total_bytes": whole(ph.total)} for ph in e.phases],
+        "peak": {g: {"phase": e.peak(g).name, "bytes": whole(e.peak(g).total), "fits": e.fits(g)}
+                 for g in e.groups},
+        "gpu_memory_bytes": None if r.gpu is None else whole(r.gpu.memory),
+        "overhead_bytes": whole(r.overhead),
+        "engine": None,
+        "policy": estimate_dict(e.policy),
+        "derivations": [{"name": d.name, "formula": d.formula, "arithmetic": d.arithmetic}
+                        for d in e.derivations],
+    }
+    g = e.engine
+    if g is not None:
+        eng = p.engine
+        out["engine"] = {
+            "gpu_memory_utilization": eng.gpu_memory_utilization, "tp": eng.tp,
+            "weights_format": eng.weights, "kv_dtype": eng.kv_dtype, "block_size": eng.block_size,
+            "max_model_len": e.engine_len, "max_num_seqs": eng.max_num_seqs,
+            "sleep_level": eng.sleep_level, "gpus": p.rollout_gpus or eng.tp,
+            "requested_bytes": whole(g.requested), "weights_bytes": whole(g.weights),
+            "activations_bytes": whole(g.activations), "non_torch_bytes": whole(g.non_torch),
+            "cuda_graphs_bytes": whole(g.cuda_graphs), "awake_bytes": whole(g.awake()),
+            "asleep_bytes": whole(g.asleep(eng.sleep_level)),
+            "kv_cache": {"available_bytes": whole(g.kv.available),
+                         "per_token_bytes": whole(g.kv.per_token), "blocks": g.kv.blocks,
+                         "tokens": g.kv.tokens, "concurrency": round(g.kv.concurrency, 4)},
+            "rollout_sequences": e.rollout_sequences, "kv_tokens_needed": e.kv_tokens_needed,
+            "sequences_held": e.kv_holds,
+        }
+    return out
+
+
+def post_training_json(e: PostTrainingEstimate) -> str:
+    """:func:`post_training_dict` as indented JSON."""
+    return json.dumps(post_training_dict(e), indent=2)
