@@ -36,7 +36,7 @@ ALGORITHMS = {
 }
 #: Where the rollout engine runs.
 PLACEMENTS = {
-    "colocated": "the engine on the trainer's GPUs, sleeping between generations",
+    "colocated": "the engine on the trainer's GPUs, beside the trainer in every phase",
     "split": "the engine on GPUs of its own",
 }
 #: The reference model: a loaded copy; none (TRL's GRPO with beta 0); precomputed before training
