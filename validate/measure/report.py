@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
-SHORT = {"parameters": "params", "master weights": "master", "gradients": "grads",
+SHORT = {"parameters": "params", "reference weights": "ref", "master weights": "master", "gradients": "grads",
          "optimizer states": "Adam", "step counters": "steps",
          "FSDP gathered parameters": "gathered", "FSDP reduce-scatter buffers": "RS bufs",
          "logits": "logits", "weight copies": "wcopies", "activations": "acts",
