@@ -63,6 +63,10 @@ GOOD = [
     # fine-tune, and ZeRO-Infinity's tiers (NVMe and CPU memory per node)
     ["--model", "llama-65b", "--adapter-recipe", "qlora", "--gpu-memory", "48GB"],
     ["--model", "llama-2-7b", "--optimizer", "adamw-8bit", "--seq-len", "2048", "--gpu", "a100-80gb"],
+    # issue 26: GRPO with vLLM beside the trainer, each phase per device
+    ["--model", "qwen2.5-7b", "--post-training", "grpo", "--gpu", "h100-sxm", "--dp", "8",
+     "--zero", "3", "--recompute", "full", "--gpu-memory-utilization", "0.4", "--sleep-level",
+     "1"],
     ["--params", "1T", "--recipe", "deepspeed", "--zero", "3", "--dp", "16", "--offload",
      "params", "--offload-to", "nvme", "--nvme", "30TB", "--host-memory", "1.5TB",
      "--gpus-per-node", "16", "--gpu-memory", "32GB"],
