@@ -53,7 +53,16 @@ integers, bytes (not GB):
                       (a step with a chunked loss or activations offloaded: techniques.py,
                       their ids prefixed so), or "cp-saved" (one rank of a context-parallel
                       group, DeepSpeed-Ulysses' DistributedAttention in every layer: context.py;
-                      its id ends "<kind>-cp<cp>-rank<rank>/s<s>-b<b>")
+                      its id ends "<kind>-cp<cp>-rank<rank>/s<s>-b<b>"), or "dpo-step" (one
+                      DPO step as TRL's DPOTrainer runs it, b pairs; id "dpo-step/<model>/
+                      <implementation>/<recipe>[/reference-first]/s<s>-b<b>") or
+                      "logprob-pass" (GRPO/PPO's no-grad log-prob pass; id "logprob-pass/
+                      .../<recipe>/logits-<fp32|bf16>/s<s>-b<b>"): post_training.py
+      dpo             (dpo-step) {pairs (b), sequences (2b), beta, loss "sigmoid", order
+                      ("trl": the policy forward, then the reference's; "reference-first"),
+                      reference {dtype, requires_grad, mode}}
+      logprob         (logprob-pass) {logits_dtype, temperature, passes [policy, reference],
+                      policy_resident (what of the policy's states is resident), reference}
       context_parallel  (cp-saved) {kind: trainmath's --cp-kind ("ulysses"), cp, rank, and
                       implementation: the class that ran it}; s is the whole sequence, the
                       rank runs s/cp tokens
@@ -148,6 +157,24 @@ integers, bytes (not GB):
         saved             bytes saved for backward that stay on the device after the forward
                           pass (distinct storages, parameters left out)
         host              {after_forward, peak}: host bytes of the offloaded activations
+                      kind "dpo-step" (post_training.py): as kind "step" (the policy's
+                      states and the step's peak; phases forward (the policy and the loss) |
+                      reference forward | backward | optimizer step), plus
+        sequences         2b: the chosen and rejected sequences of the one forward
+        reference         {parameters_count, weights (bytes of its bf16 parameters), buffers,
+                          dtype}: the frozen reference model
+        reference_pass    {bytes, op, alive, largest} at the peak of the reference forward
+                          (second step), as peak
+                      kind "logprob-pass" (post_training.py): parameters_count, states (the
+                      policy's, resident after a step and zero_grad: no gradients), reference
+                      (as above), peak (as kind "step"; phases policy log-probs | reference
+                      log-probs), phase_peaks, and
+        resident          {bytes, alive}: alive when the pass starts (weights, states, tokens)
+        logits            {bytes, dtype}: the one [b, s, vocab] logits tensor of a pass
+        parts             {resident, logits, working}: the peak split, working = peak -
+                          resident - logits (the 16-bit logits at the upcast, logsumexp's or
+                          log_softmax's row, autocast's weight copies)
+        passes            {phase: {bytes, op, alive, largest}} at each pass's own peak
                       kind "finetune": trainable_count and parameters_count (peft's
                       get_nb_trainable_parameters), saved (as kind "saved"), and states,
                       peak, phase_peaks, first_step_peak, alive_after_step as kind "step";

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import (checkpointing, context, finetune, hfconfigs, pipeline, saved, shapes, step,
-               techniques, tensor_parallel)
+from . import (checkpointing, context, finetune, hfconfigs, pipeline, post_training, saved,
+               shapes, step, techniques, tensor_parallel)
 
 SCHEMA = "trainmath-measurements/1"
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
@@ -37,6 +37,9 @@ CONFIG_FAST = ("saved/deepseek-v3/hf-sdpa/bf16/s2048-b1", "saved/gpt-oss-20b/hf-
 TECHNIQUES = ("chunked-loss-step", "act-offload-step")
 #: Kinds of one rank of a context-parallel group (context.py): its saved tensors, a whole step.
 CONTEXT_PARALLEL = ("cp-saved", "cp-step")
+#: Kinds of post-training's trainer side (post_training.py): one DPO step with a frozen
+#: reference model, the no-grad log-prob pass of GRPO/PPO through the policy and the reference.
+POST_TRAINING = ("dpo-step", "logprob-pass")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Config:
     cp: int = 1  # CONTEXT_PARALLEL: the context-parallel size (context.py)
     cp_kind: str = ""  # CONTEXT_PARALLEL: trainmath's --cp-kind (context.CP_KINDS)
     tp: int = 1  # op-sac-tp-saved: the tensor-parallel ranks (tensor_parallel.py), rank 0 measured
+    order: str = "trl"  # dpo-step: post_training.ORDERS (TRL's: the policy, then the reference)
+    logits: str = ""  # logprob-pass: the logits' dtype, "fp32" (upcast) or "bf16"
 
     @property
     def id(self) -> str:
@@ -72,6 +77,10 @@ class Config:
             parts.append(self.precision if self.kind.endswith("saved") else self.recipe)
         if self.policy:
             parts.append(self.policy)
+        if self.kind == "dpo-step" and self.order != "trl":
+            parts.append(self.order)
+        if self.kind == "logprob-pass":
+            parts.append(f"logits-{self.logits}")
         if self.kind in CONTEXT_PARALLEL:
             parts.append(f"{self.cp_kind}-cp{self.cp}-rank{self.rank}")
         if self.foreach:
@@ -84,6 +93,14 @@ class Config:
         return "/".join(parts)
 
     def measure(self) -> dict:
+        if self.kind == "dpo-step":
+            return post_training.measure_dpo_step(self.model, self.implementation, self.recipe,
+                                                  self.s, self.b, order=self.order,
+                                                  foreach=self.foreach)
+        if self.kind == "logprob-pass":
+            return post_training.measure_logprob_pass(self.model, self.implementation,
+                                                      self.recipe, self.s, self.b,
+                                                      logits=self.logits)
         if self.kind in TECHNIQUES:
             return techniques.measure_technique(self.model, self.implementation, self.recipe,
                                                 self.s, self.b, loss=self.loss,
@@ -153,6 +170,18 @@ class Config:
                     "dtype": {"parameters": _dt(param_dtype), "compute": compute},
                     "optimizer": {"name": "torch.optim.AdamW", "foreach": self.foreach},
                     "dp": self.dp, "rank": self.rank}
+        if self.kind == "dpo-step":
+            out["dpo"] = {"pairs": self.b, "sequences": 2 * self.b, "beta": post_training.BETA,
+                          "loss": "sigmoid", "order": self.order,
+                          "reference": {"dtype": "bf16", "requires_grad": False,
+                                        "mode": "eval"}}
+        if self.kind == "logprob-pass":
+            out["logprob"] = {"logits_dtype": self.logits, "temperature": 1.0,
+                              "passes": ["policy", "reference"],
+                              "policy_resident": "parameters, master weights, optimizer "
+                                                 "states (after a step and zero_grad)",
+                              "reference": {"dtype": "bf16", "requires_grad": False,
+                                            "mode": "eval"}}
         if self.kind.startswith(("op-sac", "compile-op")):
             out["policy"] = self.policy
         if self.kind in CONTEXT_PARALLEL:
@@ -265,6 +294,26 @@ def configurations() -> list[Config]:
                           cp=cp, cp_kind="ulysses", fast=cp == 8))
         out.append(Config("cp-step", "llama-3-8b", "reference-sdpa", 8192, recipe="zero-bf16",
                           cp=cp, cp_kind="ulysses"))
+    # 9. post-training's trainer side (post_training.py): a DPO step as TRL's DPOTrainer runs
+    # it, a frozen bf16 reference resident; the log-prob pass of GRPO/PPO. Hugging Face's
+    # Llama-3-8B, as TRL trains it; GPT-3 XL on the reference model is the quick record.
+    for order in post_training.ORDERS:
+        for s in (1024, 2048):
+            for b in (1, 2):
+                out.append(Config("dpo-step", "llama-3-8b", "hf-sdpa", s, b, recipe="zero-bf16",
+                                  order=order))
+    out.append(Config("dpo-step", "llama-3-8b", "hf-sdpa", 2048, 2, recipe="autocast-fp32"))
+    out.append(Config("dpo-step", "gpt3-xl", "reference-sdpa", 1024, 1, recipe="zero-bf16",
+                      fast=True))
+    for b in (1, 4):
+        out.append(Config("logprob-pass", "llama-3-8b", "hf-sdpa", 2048, b, recipe="zero-bf16",
+                          logits="fp32"))
+    out.append(Config("logprob-pass", "llama-3-8b", "hf-sdpa", 2048, 4, recipe="zero-bf16",
+                      logits="bf16"))
+    out.append(Config("logprob-pass", "llama-3-8b", "hf-sdpa", 2048, 4, recipe="autocast-fp32",
+                      logits="fp32"))
+    out.append(Config("logprob-pass", "gpt3-xl", "reference-sdpa", 1024, 1, recipe="zero-bf16",
+                      logits="fp32", fast=True))
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "configuration ids must be unique"
     return out
@@ -289,6 +338,7 @@ def methods() -> dict:
         "finetune": finetune.METHOD,
         "techniques": techniques.METHOD,
         "context_parallel": context.METHOD,
+        "post_training": post_training.METHOD,
         "states": step.METHOD_STATES,
         "peak": step.METHOD_PEAK,
         "implementations": {

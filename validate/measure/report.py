@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[2] / "docs" / "_data" / "measurements.json"
-SHORT = {"parameters": "params", "master weights": "master", "gradients": "grads",
+SHORT = {"parameters": "params", "reference weights": "ref", "master weights": "master", "gradients": "grads",
          "optimizer states": "Adam", "step counters": "steps",
          "FSDP gathered parameters": "gathered", "FSDP reduce-scatter buffers": "RS bufs",
          "logits": "logits", "weight copies": "wcopies", "activations": "acts",
@@ -80,6 +80,21 @@ def render(doc: dict) -> str:
         out.append(f"| {c['model']} | {c['implementation']} | {_recipe(c)} | {p['bytes']:,} | "
                    f"{p['bytes'] / per:.2f} | {p['phase']} | {p['op']} | "
                    f"{_alive(p['alive'], per)} | {gb(f['bytes'])}, {f['phase']} |")
+    post = [c for c in configs if c["kind"] in ("dpo-step", "logprob-pass")]
+    out += ["", "### Post-training: a DPO step, a GRPO/PPO log-prob pass (post_training.py)", "",
+            "| kind | model | recipe | order / logits | s | b | peak, bytes | phase | "
+            "reference pass / parts, GB | alive at the peak, GB |",
+            "|---|---|---|---|---:|---:|---:|---|---|---|"]
+    for c in post:
+        m = c["measured"]
+        p = m["peak"]
+        if c["kind"] == "dpo-step":
+            how, extra = c["dpo"]["order"], gb(m["reference_pass"]["bytes"])
+        else:
+            how = c["logprob"]["logits_dtype"]
+            extra = ", ".join(f"{k} {gb(v)}" for k, v in m["parts"].items())
+        out.append(f"| {c['kind']} | {c['model']} | {c['recipe']} | {how} | {c['s']} | {c['b']} "
+                   f"| {p['bytes']:,} | {p['phase']} | {extra} | {_alive(p['alive'], 1)} |")
     return "\n".join(out)
 
 

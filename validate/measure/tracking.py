@@ -173,6 +173,7 @@ class SavedTensorCounter:
 #: Categories of live memory, highest priority first: a storage with several roles takes the first.
 CATEGORIES = (
     "parameters",
+    "reference weights",  # a frozen reference model's (post_training.py)
     "master weights",
     "gradients",
     "optimizer states",

@@ -38,10 +38,12 @@ class PublishedPostTraining:
 
     @property
     def source(self) -> str:
+        """Where the run was published, in words."""
         return self.row["source"]
 
     @property
     def url(self) -> str:
+        """The published source's address."""
         return self.row["url"]
 
 

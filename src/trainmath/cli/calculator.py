@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..planner.candidates import Plan
+from ..report.post_training import render_post_training_page, summarize_post_training
+from ..runs.post_training import PostTrainingEstimate
 from ..problems import Problem
 from ..report.page import (render_check_page, render_estimate, render_plan_page, summarize_check,
                            summarize_estimate, summarize_plan)
@@ -317,15 +319,29 @@ def _plan_page(p: Plan, outcome: Outcome) -> str:
     return render_plan_page(p, outcome.args.top, outcome.args.explain)
 
 
-#: How the calculator draws each subcommand's result (the Estimate or the Plan it computed).
+def _estimate_page(e, outcome: Outcome) -> str:
+    """An estimate, or a post-training estimate (``--post-training``), drawn."""
+    if isinstance(e, PostTrainingEstimate):
+        return render_post_training_page(e)
+    return render_estimate(e, _suggestions(e, outcome))
+
+
+def _estimate_summary(e) -> str:
+    """One line of an estimate, or of a post-training estimate."""
+    if isinstance(e, PostTrainingEstimate):
+        return summarize_post_training(e)
+    return summarize_estimate(e)
+
+
+#: How the calculator draws each subcommand's result (the Estimate, the post-training estimate or the Plan it computed).
 RENDERERS: dict[str, Callable[[object, Outcome], str]] = {
-    "estimate": lambda e, outcome: render_estimate(e, _suggestions(e, outcome)),
+    "estimate": _estimate_page,
     "plan": _plan_page,
     "check": lambda dg, outcome: render_check_page(dg),
 }
 
 #: A one-line summary of each subcommand's result, for the bar that stays in view.
-SUMMARIES: dict[str, Callable[[object], str]] = {"estimate": summarize_estimate,
+SUMMARIES: dict[str, Callable[[object], str]] = {"estimate": _estimate_summary,
                                                  "plan": summarize_plan,
                                                  "check": summarize_check}
 

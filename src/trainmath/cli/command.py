@@ -92,7 +92,7 @@ _POST_FLAGS = {"placement": "colocated", "prompt_len": 512, "response_len": 1024
                "offload_policy": False, "rollout_tp": 1, "gpu_memory_utilization": 0.9,
                "rollout_weights": "bf16", "kv_cache_dtype": "auto", "block_size": 16,
                "max_model_len": None, "max_num_seqs": 256, "max_num_batched_tokens": None,
-               "enforce_eager": False, "sleep_level": 0}
+               "enforce_eager": False, "sleep_level": 0, "logprob_dtype": "fp32"}
 
 
 def _post_training(args: argparse.Namespace) -> PostTraining | None:
@@ -125,7 +125,7 @@ def _post_training(args: argparse.Namespace) -> PostTraining | None:
                         offload_reference=args.offload_reference,
                         offload_policy=args.offload_policy,
                         logprob_micro_batch=args.logprob_micro_batch,
-                        rollout_gpus=args.rollout_gpus)
+                        rollout_gpus=args.rollout_gpus, logprob_dtype=args.logprob_dtype)
 
 
 #: The flags of the rollout engine (ppo and grpo only).

@@ -33,7 +33,7 @@ from ..memory.kernels import (ACTIVATION_OFFLOADS, ATTENTION_KINDS, DEFAULT_LOSS
                               IMPLEMENTATIONS, LOSS_KINDS, MLP_KERNELS, RECOMPUTE_KINDS)
 from ..memory.recipes import OPTIMIZER_IMPLS, OPTIMIZERS, RECIPE_ALIASES, RECIPES
 from ..memory.offload import OFFLOAD_DEVICES
-from ..memory.post_training import ALGORITHMS, PLACEMENTS, REFERENCES
+from ..memory.post_training import ALGORITHMS, LOGIT_DTYPES, PLACEMENTS, REFERENCES
 from ..memory.rollout import ENGINE_WEIGHTS, KV_DTYPES, SLEEP_LEVELS
 from ..memory.sharding import OFFLOAD_ALIASES, STAGES
 from ..model.hfconfig import COMPOSITE, FAMILIES
@@ -523,6 +523,11 @@ FLAGS: tuple[Flag, ...] = (
         ("logprob-micro-batch", "sequences of one no-grad log-prob pass (default: --micro-batch; "
                                 "dpo: examples, two sequences each)", None, "B"),
         ("rollout-gpus", "split: the engine's GPUs (default: --rollout-tp)", None, "N"))),
+    Flag(("--logprob-dtype",), _POST, "posttraining", "how a log-prob pass holds its logits: "
+         "fp32 (upcast for the log-softmax: older transformers, OpenRLHF; the default) or bf16 "
+         "(the head's logits, one sequence's log-softmax at a time: TRL's selective_log_softmax "
+         "with today's transformers)", choices=LOGIT_DTYPES, what="log-prob dtype",
+         default="fp32"),
     Flag(("--reference",), _POST, "posttraining", "the frozen reference: model (a copy in "
          "16-bit, the default), none (no KL term, TRL's GRPO default beta 0), precomputed (dpo's "
          "precompute_ref_log_probs: not loaded) or adapter (the base with the adapter off, the "

@@ -36,7 +36,7 @@ ALGORITHMS = {
 }
 #: Where the rollout engine runs.
 PLACEMENTS = {
-    "colocated": "the engine on the trainer's GPUs, sleeping between generations",
+    "colocated": "the engine on the trainer's GPUs, beside the trainer in every phase",
     "split": "the engine on GPUs of its own",
 }
 #: The reference model: a loaded copy; none (TRL's GRPO with beta 0); precomputed before training
@@ -55,13 +55,20 @@ def frozen_weights(params: int | Fraction, *, shards: int = 1, value_bytes: int 
     return Bytes(Fraction(params) * value_bytes / shards)
 
 
+#: How a log-prob pass holds its logits: "fp32" upcasts them for the log-softmax (older
+#: transformers' ``logits.float()``, OpenRLHF), "bf16" keeps the head's 16-bit logits and takes
+#: the log-softmax one sequence at a time (TRL's ``selective_log_softmax`` on bf16 logits).
+LOGIT_DTYPES = ("fp32", "bf16")
+
+
 @dataclass(frozen=True)
 class LogProbPass:
     """The memory one no-grad log-prob pass adds to the weights already resident, on one device."""
 
     #: the output layer's 16-bit logits, b·s·V/tp × 2 bytes
     logits: Bytes
-    #: their fp32 copy for the log-softmax, b·s·V/tp × 4 bytes
+    #: fp32: their fp32 copy, b·s·V/tp × 4 bytes; bf16: two rows of one sequence's log-softmax,
+    #: 2·s·V/tp × 2 bytes
     upcast: Bytes
     #: the hidden states of the layer running: input and output, b·s·h × 2 × 2 bytes
     hidden: Bytes
@@ -73,16 +80,24 @@ class LogProbPass:
 
 
 def logprob_pass(model: ModelShape, *, seq_len: int, micro_batch: int, tp: int = 1,
-                 logits: bool = True) -> LogProbPass:
+                 logits: bool = True, dtype: str = "fp32") -> LogProbPass:
     """The working set of a no-grad forward over ``micro_batch`` sequences of ``seq_len``
-    tokens (module docstring): with ``logits`` False (a reward or value head) only the hidden
-    states. The vocabulary is split over ``tp`` ranks as Megatron's vocab-parallel head does."""
+    tokens (module docstring), its log-softmax in ``dtype`` (:data:`LOGIT_DTYPES`): with
+    ``logits`` False (a reward or value head) only the hidden states. The vocabulary is split
+    over ``tp`` ranks as Megatron's vocab-parallel head does. Checked against fake-tensor
+    measurements of TRL's ``selective_log_softmax`` (validate/measure/post_training.py)."""
     s = positive_int("seq_len (s)", seq_len)
     b = positive_int("micro_batch (b)", micro_batch)
     tp = positive_int("tp", tp)
+    if dtype not in LOGIT_DTYPES:
+        raise ValueError(f"unknown log-prob dtype {dtype!r}; accepted: {', '.join(LOGIT_DTYPES)}")
     tokens = s * b
     values = Fraction(tokens * model.vocab, tp) if logits else Fraction(0)
-    return LogProbPass(logits=Bytes(values * 2), upcast=Bytes(values * 4),
+    if dtype == "fp32":
+        extra = values * 4
+    else:  # one sequence's log_softmax and its gathered copy, in bf16
+        extra = Fraction(2 * s * model.vocab * 2, tp) if logits else Fraction(0)
+    return LogProbPass(logits=Bytes(values * 2), upcast=Bytes(extra),
                        hidden=Bytes(tokens * model.hidden * 2 * 2))
 
 

@@ -48,13 +48,14 @@ def _slug(name: str) -> str:
     return "tm-calc-term-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def _bar(parts: dict[str, int], capacity: int | None, alt: str) -> str:
+def _bar(parts: dict[str, int], capacity: int | None, alt: str,
+         colors: dict[str, str] = COLORS) -> str:
     """A stacked bar of what is alive at the peak, widths in % of the larger of the peak and
-    the GPU's memory, with the GPU's memory marked."""
+    the GPU's memory, with the GPU's memory marked; ``colors`` names each part's colour."""
     scale = max(sum(parts.values()), capacity or 0) or 1
     segs, keys = [], []
     for name, n in parts.items():
-        color = COLORS.get(name, "light-gray")
+        color = colors.get(name, "light-gray")
         width = 100 * n / scale
         segs.append(f'<span class="tm-calc-seg" style="width:{width:.3f}%;'
                     f'background:var(--tm-fig-{color})"></span>')

@@ -161,3 +161,68 @@ def post_training_dict(e: PostTrainingEstimate) -> dict:
 def post_training_json(e: PostTrainingEstimate) -> str:
     """:func:`post_training_dict` as indented JSON."""
     return json.dumps(post_training_dict(e), indent=2)
+
+
+# -- the calculator's HTML -----------------------------------------------------------------------
+#: Colours of the phases' parts in the calculator's bars (the figures' palette).
+PART_COLORS = {"policy states": "blue", "policy parameters": "blue", "policy weights": "blue",
+               "policy step": "blue", "reference weights": "orange",
+               "reward model weights": "red", "critic states": "purple",
+               "critic parameters": "purple", "critic step": "purple",
+               "rollout engine, awake": "green", "rollout engine, asleep": "green"}
+
+
+def render_post_training_page(e: PostTrainingEstimate) -> str:
+    """The HTML the calculator shows for a post-training estimate: each phase as a stacked bar
+    against the GPU's memory, its parts in GB and GiB, the verdict per GPU group, the engine's
+    figures, and the command's own text."""
+    from .page import _bar, escape  # the calculator's bar, shared with its estimates
+
+    p, r = e.post, e.run
+    out = [f"<p><strong>{escape(p.algorithm.upper())}</strong> on "
+           f"<strong>{escape(r.shape.name)}</strong>: {escape(ALGORITHMS[p.algorithm])}."
+           + ("" if e.engine is None else f" Engine {escape(p.placement)}: "
+              f"{escape(PLACEMENTS[p.placement])}.") + "</p>",
+           f"<p>Reference: {escape(REFERENCE_WORDS[e.reference])}. Sequences: prompt "
+           f"{p.prompt_len:,} + response {p.response_len:,} = {p.seq_len:,} tokens.</p>"]
+    capacity = None if r.gpu is None else math.ceil(r.gpu.memory.n)
+    for group in e.groups:
+        out.append(f"<h3>Each {escape(group)} GPU, phase by phase</h3>")
+        for ph in (x for x in e.phases if x.gpus == group):
+            parts = {k: math.ceil(v.n) for k, v in ph.as_dict().items()}
+            total = _whole(ph.total)
+            alt = (f"{ph.name}: " + ", ".join(f"{k} {Bytes(v).format('GB', 2)}"
+                                              for k, v in parts.items())
+                   + (f"; the GPU holds {Bytes(capacity).format('GB', 2)}" if capacity else ""))
+            out.append(f'<h4>{escape(ph.name)}: {total.format("GB", 2)} '
+                       f'({total.format("GiB", 2)})</h4><p class="tm-calc-when">'
+                       f"{escape(ph.when)}.</p>{_bar(parts, capacity, alt, PART_COLORS)}")
+        top, fits = e.peak(group), e.fits(group)
+        if fits is not None:
+            need = top.total + r.overhead
+            words = (f"yes, {_whole(r.gpu.memory - need).format('GB', 2)} to spare" if fits
+                     else f"no, {_whole(need - r.gpu.memory).format('GB', 2)} over")
+            out.append(f'<p class="tm-calc-fits" data-fits="{str(fits).lower()}">The '
+                       f"largest phase is <strong>{escape(top.name)}</strong>, "
+                       f"{_whole(top.total).format('GB', 2)}; fits in "
+                       f"{_whole(r.gpu.memory).format('GB', 2)}: <strong>{words}</strong>."
+                       "</p>")
+    lines = engine_lines(e)
+    if lines:
+        out.append("<h3>The rollout engine</h3><pre class=\"tm-calc-text\" tabindex=\"0\">"
+                   + escape("\n".join(lines)) + "</pre>")
+    out.append('<details class="tm-calc-text-box"><summary>What <code>trainmath estimate</code> '
+               'prints (without <code>--json</code>)</summary><pre class="tm-calc-text" '
+               f'tabindex="0">{escape(render_post_training(e))}</pre></details>')
+    return "".join(out)
+
+
+def summarize_post_training(e: PostTrainingEstimate) -> str:
+    """One line for the bar that stays in view: the largest phase per trainer GPU and the fit."""
+    top = e.peak("trainer")
+    text = (f"{e.post.algorithm.upper()}: largest phase {top.name}, "
+            f"{_whole(top.total).format('GB', 2)} per trainer GPU")
+    fits = [e.fits(g) for g in e.groups]
+    if fits[0] is not None:
+        text += "; fits" if all(fits) else "; does not fit"
+    return text

@@ -41,10 +41,11 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..derivations import Derivation, bytes_text
-from ..memory.post_training import (ALGORITHMS, PLACEMENTS, REFERENCES, critic_params,
+from ..memory.post_training import (ALGORITHMS, LOGIT_DTYPES, PLACEMENTS, REFERENCES, critic_params,
                                      frozen_weights, logprob_pass)
 from ..memory.rollout import Engine, EngineMemory, engine_memory
-from ..model.shape import modified
+from ..memory.recipes import recipe
+from ..model.shape import modified, param_count
 from ..parallel.layout import Batch
 from ..problems import Invalid, Problem, check
 from ..units import Bytes, positive_int
@@ -80,6 +81,8 @@ class PostTraining:
     offload_policy: bool = False
     logprob_micro_batch: int | None = None
     rollout_gpus: int | None = None
+    #: how the log-prob passes hold their logits (:data:`~trainmath.memory.post_training.LOGIT_DTYPES`)
+    logprob_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         problems = []
@@ -96,6 +99,9 @@ class PostTraining:
         for name in ("group_size", "logprob_micro_batch", "rollout_gpus"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.logprob_dtype not in LOGIT_DTYPES:
+            problems.append(Problem(("logprob_dtype",), f"unknown log-prob dtype "
+                                    f"{self.logprob_dtype!r}; accepted: {', '.join(LOGIT_DTYPES)}"))
         if self.reference is not None and self.reference not in REFERENCES:
             problems.append(Problem(("reference",), f"unknown reference {self.reference!r}; "
                                     f"accepted: {', '.join(REFERENCES)}"))
@@ -283,8 +289,11 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
     whole = trained.params  # frozen models are the policy's size
 
     def states(e: Estimate) -> Bytes:
+        """What a trained model keeps between its steps: zero_grad(set_to_none=True), PyTorch's
+        default since 2.0, frees the gradients; Megatron's contiguous gradient buffer stays."""
         d = e.device
-        return d.weights + d.gradients + d.master_weights + d.optimizer_states
+        grads = d.gradients if e.training.recipe == "megatron" else Bytes(0)
+        return d.weights + grads + d.master_weights + d.optimizer_states
 
     ref = frozen_weights(on_device, shards=shards) if reference == "model" else Bytes(0)
     reward = (frozen_weights(on_device * critic_params(whole, shape) / whole, shards=shards)
@@ -349,9 +358,16 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
                               critic_loaded if post.offload_policy else critic_states),
                              *residue, largest)))
     ref_in_training = Bytes(0) if post.offload_reference or reference == "precomputed" else ref
-    phases.append(Phase("training", "trainer", f"the policy's step at its peak "
-                        f"({policy.peak.phase})",
-                        (("policy step", policy.peak.bytes), ("reference weights", ref_in_training),
+    step, when = policy.peak.bytes, f"the policy's step at its peak ({policy.peak.phase})"
+    if dpo and reference in ("model", "adapter"):  # TRL: the policy's forward, then the reference's
+        forward = max((m.total for m in policy.peak.moments if m.phase == "forward"),
+                      key=lambda b: b.n)
+        if forward + largest[1] > step:
+            step = forward + largest[1]
+            when = ("the reference's forward after the policy's, beside its activations and "
+                    "logits (TRL's order)")
+    phases.append(Phase("training", "trainer", when,
+                        (("policy step", step), ("reference weights", ref_in_training),
                          ("reward model weights", reward), ("critic states", critic_states),
                          *residue)))
     if critic is not None:
@@ -372,11 +388,15 @@ def _passes(run: Run, post: PostTraining, reference: str, dpo: bool):
     b = post.logprob_micro_batch or run.batch.micro_batch
     seqs = 2 * b if dpo else b  # DPO: chosen and rejected concatenated
     found = []
-    lp = logprob_pass(shape, seq_len=post.seq_len, micro_batch=seqs, tp=lay.tp).total
+    lp = logprob_pass(shape, seq_len=post.seq_len, micro_batch=seqs, tp=lay.tp,
+                      dtype=post.logprob_dtype).total
     if dpo:
         found.append(("reference log-prob pass", lp))
         return found
-    found.append(("policy log-prob pass", lp))
+    if recipe(run.training.recipe).autocast:  # autocast's cache: a bf16 copy of every matrix
+        found.append(("policy log-prob pass", lp + autocast_copies(shape, lay.tp)))
+    else:
+        found.append(("policy log-prob pass", lp))
     if reference != "none":
         found.append(("reference log-prob pass", lp))
     head = logprob_pass(shape, seq_len=post.seq_len, micro_batch=seqs, tp=lay.tp,
@@ -386,6 +406,17 @@ def _passes(run: Run, post: PostTraining, reference: str, dpo: bool):
     if post.algorithm == "ppo":
         found.append(("value pass", head))
     return found
+
+
+def autocast_copies(shape, tp: int = 1) -> Bytes:
+    """The bf16 copies ``torch.autocast`` caches of every matrix a forward multiplies, even under
+    no_grad: 2 bytes per weight of the linear layers and the output head (not the embedding or
+    the norms, which it does not cast), over ``tp``. Measured under fake tensors
+    (validate/measure/post_training.py: 15,009,316,864 B for Llama 3 8B)."""
+    embedding = shape.vocab * shape.hidden
+    head = embedding if shape.tied_embeddings else 0
+    norms = (2 * shape.layers + 1) * shape.hidden
+    return Bytes(Fraction(2 * (param_count(shape) - embedding + head - norms), tp))
 
 
 def _without_logits(e: Estimate) -> Bytes:
