@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 #: The explanation pages, in the reading order the index gives
 TOPIC_PAGES = ("memory-math", "mixed-precision", "zero-fsdp", "distributed-training",
-               "mixture-of-experts", "fine-tuning")
+               "mixture-of-experts", "fine-tuning", "post-training")
 #: The most a topic page's main line may take to read, in minutes (issue 27)
 MAX_MINUTES = 15
 #: Multi-step problems with worked answers a topic page sets, at least

@@ -55,8 +55,8 @@ def describe(problems: Iterable[Problem]) -> str:
 
 
 class Invalid(ValueError):
-    """Bad input: every :class:`Problem` found, in the order the rules ran. A ValueError whose
-    message is :func:`describe` of them."""
+    """Bad input: every :class:`~trainmath.problems.Problem` found, in the order the rules ran.
+    A ValueError whose message is :func:`~trainmath.problems.describe` of them."""
 
     def __init__(self, problems: Iterable[Problem]) -> None:
         self.problems = tuple(problems)

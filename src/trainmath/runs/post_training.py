@@ -58,7 +58,8 @@ PHASES = ("generation", "reference log-probs", "log-probs", "training", "critic 
 
 @dataclass(frozen=True)
 class PostTraining:
-    """One post-training setup (module docstring); the policy's own training is the :class:`Run`.
+    """One post-training setup (module docstring); the policy's own training is the
+    :class:`~trainmath.runs.description.Run`.
 
     ``prompts`` is how many prompts one engine generates for at once, each ``group_size`` times
     (GRPO; default 8, TRL's ``num_generations``); ``logprob_micro_batch`` the sequences of one
@@ -184,7 +185,7 @@ class PostTrainingEstimate:
     #: the rollout engine on one of its GPUs (None for DPO)
     engine: EngineMemory | None
     phases: tuple[Phase, ...]
-    #: the reference as loaded: one of :data:`REFERENCES`
+    #: the reference as loaded: one of :data:`~trainmath.memory.post_training.REFERENCES`
     reference: str
     #: sequences one engine generates at once, and the KV-cache tokens they need
     rollout_sequences: int = 0
