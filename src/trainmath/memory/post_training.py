@@ -9,10 +9,12 @@ nothing else: no gradients, no optimizer states, no activations kept for backwar
 
 Two passes run without gradients and hold more than their weights while they run:
 
-- the **log-prob pass** over a micro-batch of b sequences of s tokens: the output layer's logits,
-  b·s·V values, upcast to fp32 for the log-softmax (TRL's ``selective_log_softmax`` in
-  ``trl/trainer/utils.py``, verl's ``logprobs_from_logits`` in ``verl/utils/torch_functional.py``)
-  beside the 16-bit logits the head wrote, and the hidden states of the layer running;
+- the **log-prob pass** over a micro-batch of b sequences of s tokens: the output layer's
+  16-bit logits, b·s·V values, and either their fp32 copy for the log-softmax (older
+  transformers' ``logits.float()``, OpenRLHF) or, with today's transformers, which leave the
+  logits in bf16, TRL's ``selective_log_softmax`` (``trl/trainer/utils.py``), which takes the
+  log-softmax one sequence at a time (:data:`LOGIT_DTYPES`); and the hidden states of the
+  layer running. Both were measured under fake tensors (validate/measure/post_training.py);
 - the **reward or value pass**, whose head writes one number per token: only the hidden states.
 
 >>> print(frozen_weights(8_030_261_248))   # Llama 3 8B's reference in bf16
