@@ -236,15 +236,15 @@ def test_every_post_training_record_is_compared():
 
 @pytest.mark.parametrize("c", POST, ids=[c["id"] for c in POST])
 def test_post_training_phases_agree_with_pytorch(c):
-    """The log-prob pass within 0.5% of PyTorch's peak; a DPO step to 0.5% where the optimizer
-    step decides its peak. Where the forward decides it, the library counts the policy's fp32
-    cross-entropy logits, which DPO's loss (bf16 log-softmax rows) does not make: it is high by
-    at most 6%, never low."""
+    """The log-prob pass and the DPO step (TRL's order: the reference's forward after the
+    policy's, DPO's 16-bit log-softmax in place of cross-entropy's fp32 one) within 0.5% of
+    PyTorch's peak. The records run in the other order (the reference first) are predicted in
+    TRL's, an upper bound: high by at most 1% (within 0.5% where the optimizer step decides)."""
     measured = c["measured"]["peak"]["bytes"]
     predicted = _predicted(c).total.n
     err = predicted / measured - 1
-    if c["kind"] == "dpo-step" and c["measured"]["peak"]["phase"] != "optimizer step":
-        assert 0 <= err <= 0.06, (c["id"], measured, predicted)
+    if c["kind"] == "dpo-step" and c["dpo"]["order"] != "trl":
+        assert -0.005 <= err <= 0.01, (c["id"], measured, predicted)
     else:
         assert abs(err) <= 0.005, (c["id"], measured, predicted)
 

@@ -68,7 +68,9 @@ def render_post_training(e: PostTrainingEstimate) -> str:
                        else f"no, {_whole(need - r.gpu.memory).format('GB', 2)} over")
             lines.append(f"  fits in {cap.format('GB', 2)} ({cap.format('GiB', 2)}){extra}: {verdict}")
     lines.extend(engine_lines(e))
-    lines.append(f"the policy's step: {pol.peak.bytes.format('GB', 2)} at its peak "
+    loss = (" with a cross-entropy loss (DPO's keeps 16-bit log-softmax rows instead: the "
+            "training phase above)" if p.algorithm == "dpo" else "")
+    lines.append(f"the policy's step{loss}: {pol.peak.bytes.format('GB', 2)} at its peak "
                  f"({pol.peak.phase}); trainmath estimate without --post-training (and "
                  f"--micro-batch {r.batch.micro_batch}) prints it in full")
     lines.append("sources: phases and models, trainmath.runs.post_training (Ouyang et al. 2022 "

@@ -359,13 +359,9 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
                              *residue, largest)))
     ref_in_training = Bytes(0) if post.offload_reference or reference == "precomputed" else ref
     step, when = policy.peak.bytes, f"the policy's step at its peak ({policy.peak.phase})"
-    if dpo and reference in ("model", "adapter"):  # TRL: the policy's forward, then the reference's
-        forward = max((m.total for m in policy.peak.moments if m.phase == "forward"),
-                      key=lambda b: b.n)
-        if forward + largest[1] > step:
-            step = forward + largest[1]
-            when = ("the reference's forward after the policy's, beside its activations and "
-                    "logits (TRL's order)")
+    if dpo:
+        step, when = _dpo_step(policy, post, largest[1] if reference in ("model", "adapter")
+                               else Bytes(0))
     phases.append(Phase("training", "trainer", when,
                         (("policy step", step), ("reference weights", ref_in_training),
                          ("reward model weights", reward), ("critic states", critic_states),
@@ -385,8 +381,11 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
 def _passes(run: Run, post: PostTraining, reference: str, dpo: bool):
     """The no-grad passes of the log-prob phase, each with its working set."""
     shape, lay = run.shape, run.layout
-    b = post.logprob_micro_batch or run.batch.micro_batch
-    seqs = 2 * b if dpo else b  # DPO: chosen and rejected concatenated
+    # DPO: chosen and rejected concatenated (the run's micro-batch is already 2b sequences)
+    if post.logprob_micro_batch is not None:
+        seqs = 2 * post.logprob_micro_batch if dpo else post.logprob_micro_batch
+    else:
+        seqs = run.batch.micro_batch
     found = []
     lp = logprob_pass(shape, seq_len=post.seq_len, micro_batch=seqs, tp=lay.tp,
                       dtype=post.logprob_dtype).total
@@ -406,6 +405,43 @@ def _passes(run: Run, post: PostTraining, reference: str, dpo: bool):
     if post.algorithm == "ppo":
         found.append(("value pass", head))
     return found
+
+
+def _dpo_step(policy: Estimate, post: PostTraining, reference_pass: Bytes) -> tuple[Bytes, str]:
+    """DPO's training step at its peak, in TRL's order (``DPOTrainer``: the policy's forward over
+    the 2b concatenated sequences, then the reference's, then the loss, backward and step).
+
+    DPO's loss is no cross-entropy: the policy keeps its 16-bit logits and saves a 16-bit
+    log-softmax of 2b·(s−1) rows for backward (TRL's ``selective_log_softmax``), where the
+    standard loss keeps an fp32 copy and saves an fp32 log-softmax; the reference's pass then
+    runs beside the policy's activations. Measured under fake tensors
+    (validate/measure/post_training.py); the backward moment, never the measured peak, is
+    counted with two 16-bit tensors over the vocabulary in place of the loss's two fp32 ones."""
+    t, shape = policy.training, policy.run.shape
+    if t.loss != "standard" or policy.layer is None:
+        return policy.peak.bytes, f"the policy's step at its peak ({policy.peak.phase})"
+    tp = policy.run.layout.tp
+    seqs, s = policy.run.batch.micro_batch, post.seq_len
+    values = Fraction(seqs * s * shape.vocab, tp)
+    ce_saved = Bytes(values * 4)  # the fp32 log-softmax the standard loss saves
+    rows = Bytes(Fraction(seqs * (s - 1) * shape.vocab * 2, tp))  # DPO's bf16 log-softmax
+    logits16 = Bytes(values * 2)
+    best, when = Bytes(0), ""
+    for m in policy.peak.moments:
+        parts = dict(m.parts)
+        if m.phase == "forward":
+            total = m.total - parts["logits"] - ce_saved + rows + logits16 + reference_pass
+            words = ("the reference's forward after the policy's, beside its activations and "
+                     "16-bit logits (TRL's order)" if reference_pass.n else
+                     "the policy's forward: its activations and 16-bit logits")
+        elif m.phase == "backward" and "logits" in parts:
+            total = m.total - parts["logits"] - ce_saved + rows + logits16 * 2
+            words = "the loss's gradient: two 16-bit tensors over the vocabulary"
+        else:
+            total, words = m.total, m.when
+        if total > best:
+            best, when = total, f"{words} ({m.phase})"
+    return best, when
 
 
 def autocast_copies(shape, tp: int = 1) -> Bytes:
