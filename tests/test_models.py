@@ -95,6 +95,7 @@ def test_unknown_preset():
         ("qwen2.5-7b", 7_615_616_512),    # HF Qwen/Qwen2.5-7B, "7.61B"
         ("qwen2-72b", 72_706_203_648),    # HF Qwen/Qwen2-72B, "72.7B"
         ("qwen2.5-14b", 14_770_033_664),  # HF Qwen/Qwen2.5-14B, "14.7B"
+        ("qwen2.5-1.5b", 1_543_714_304),  # HF Qwen/Qwen2.5-1.5B, "1.54B"
     ],
 )
 def test_preset_counts_are_the_published_ones(name, published):
@@ -106,7 +107,7 @@ def test_every_preset_names_its_source():
                             "llama-33b", "llama-65b",
                             "mistral-7b", "gpt3-175b", "llama-3-405b", "megatron-gpt-1.7b", "megatron-gpt-3.6b", "megatron-gpt-7.5b", "megatron-gpt-18.4b", "megatron-gpt-39.1b", "megatron-gpt-76.1b", "megatron-gpt-145.6b", "megatron-gpt-310.1b", "megatron-gpt-529.6b", "megatron-gpt-1t", "megatron-gpt-22b", "megatron-gpt-175b", "mixtral-8x7b",
                             "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-2-9b",
-                            "gpt-oss-20b", "llama-3.1-8b", "qwen2-7b", "qwen2.5-7b", "qwen2.5-14b", "qwen2-72b"}
+                            "gpt-oss-20b", "llama-3.1-8b", "qwen2-7b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "qwen2-72b"}
     for m in PRESETS.values():  # a paper or report, by its authors and year
         assert re.search(r"(et al\.|Team|DeepSeek-AI|OpenAI) 20\d\d", m.source), m.name
 

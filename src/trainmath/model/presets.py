@@ -245,6 +245,13 @@ PRESETS: dict[str, ModelShape] = {
                    "Report, Table 1",
         ),
         shape(
+            "qwen2.5-1.5b", layers=28, hidden=1536, heads=12, kv_heads=2, ffn=8960, vocab=151936,
+            qkv_bias=True, tied_embeddings=True, max_positions=131072,
+            source="config.json of Qwen/Qwen2.5-1.5B (tied embeddings, 2 key-value heads; "
+                   "Qwen2.5-Math-1.5B keeps the shape with max_position_embeddings 4096); Qwen "
+                   "Team 2024, Qwen2.5 Technical Report, Table 1",
+        ),
+        shape(
             "qwen2.5-14b", layers=48, hidden=5120, heads=40, kv_heads=8, ffn=13824, vocab=152064,
             qkv_bias=True, max_positions=131072,
             source="config.json of Qwen/Qwen2.5-14B (Qwen2.5-Coder-14B keeps the shape); Qwen "
@@ -309,7 +316,7 @@ TRAINING_DEFAULTS: dict[str, TrainedWith] = {
         "megatron-eager: Megatron-LM's unfused attention, the layer Korthikanti et al. 2022 §4.1 "
         "count for this shape (GPT-3 predates FlashAttention); " + _NO_RECIPE),
     **dict.fromkeys(("qwen3-8b", "qwen3-30b-a3b", "gemma-2-9b", "gpt-oss-20b", "qwen2-7b",
-                     "qwen2.5-7b", "qwen2.5-14b", "qwen2-72b"), TrainedWith(
+                     "qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "qwen2-72b"), TrainedWith(
         "bf16-mixed", "megatron-te",
         "megatron-te: FlashAttention-style kernels (assumed: the reports name no kernels); "
         + _NO_RECIPE)),
