@@ -110,7 +110,7 @@ def _terms_html(terms) -> str:
 
 _TITLES = {"memory-math": "Memory math for training", "zero-fsdp": "ZeRO and FSDP",
            "distributed-training": "Distributed training", "how-we-know": "How we know",
-           "cli": "Command line"}
+           "cli": "Command line", "post-training": "Memory of post-training"}
 
 
 def _page_title(link: str) -> str:

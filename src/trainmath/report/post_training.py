@@ -178,7 +178,8 @@ def render_post_training_page(e: PostTrainingEstimate) -> str:
     """The HTML the calculator shows for a post-training estimate: each phase as a stacked bar
     against the GPU's memory, its parts in GB and GiB, the verdict per GPU group, the engine's
     figures, and the command's own text."""
-    from .page import _bar, escape  # the calculator's bar, shared with its estimates
+    from .page import _bar, _terms_html, escape  # the calculator's parts, shared
+    from .terms import LINKS, Term
 
     p, r = e.post, e.run
     out = [f"<p><strong>{escape(p.algorithm.upper())}</strong> on "
@@ -213,6 +214,10 @@ def render_post_training_page(e: PostTrainingEstimate) -> str:
     if lines:
         out.append("<h3>The rollout engine</h3><pre class=\"tm-calc-text\" tabindex=\"0\">"
                    + escape("\n".join(lines)) + "</pre>")
+    terms = [Term(d.name, d.formula, d.inputs, d.arithmetic, d.value, d.formula_value,
+                  d.source, LINKS[d.topic], d.note) for d in e.derivations]
+    out.append(f'<h3>Show the arithmetic</h3><div class="tm-calc-terms">{_terms_html(terms)}'
+               "</div>")
     out.append('<details class="tm-calc-text-box"><summary>What <code>trainmath estimate</code> '
                'prints (without <code>--json</code>)</summary><pre class="tm-calc-text" '
                f'tabindex="0">{escape(render_post_training(e))}</pre></details>')

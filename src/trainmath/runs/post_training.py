@@ -462,6 +462,22 @@ def _without_logits(e: Estimate) -> Bytes:
                key=lambda b: b.n)
 
 
+#: Where each phase's parts come from.
+_SOURCES = {
+    "generation": "the engine's share, gpu_memory_utilization × the GPU's total, and its CUDA "
+                  "graphs (vLLM's gpu_worker.py, trainmath.memory.rollout), beside what the "
+                  "trainer keeps resident (verl's offload, TRL's colocate mode)",
+    "reference log-probs": "TRL's DPOTrainer (compute_ref_log_probs, selective_log_softmax); "
+                           "checked against fake-tensor measurements",
+    "log-probs": "TRL's GRPOTrainer and verl's compute_log_prob: no-grad passes, the logits in "
+                 "fp32 or bf16; checked against fake-tensor measurements",
+    "training": "the policy's step (trainmath.runs.estimates; DPO in TRL's order), beside the "
+                "frozen models and the engine's residue",
+    "critic training": "the critic's step (the policy's shape with a value head, OpenRLHF's "
+                       "and verl's critics), beside the rest",
+}
+
+
 def _derivations(e: PostTrainingEstimate) -> tuple[Derivation, ...]:
     """Each phase's arithmetic: what it holds, added up."""
     out = []
@@ -472,8 +488,7 @@ def _derivations(e: PostTrainingEstimate) -> tuple[Derivation, ...]:
             f"{p.name} ({p.gpus} GPUs)", " + ".join(alive) or "0",
             tuple((k, bytes_text(v.n)) for k, v in alive.items()),
             " + ".join(bytes_text(v.n) for v in alive.values()) + f" = {bytes_text(total)}",
-            p.total, Bytes(total), "trainmath.runs.post_training: what each phase holds",
-            "posttraining", p.when))
+            p.total, Bytes(total), _SOURCES[p.name], "posttraining", p.when))
     return tuple(out)
 
 
