@@ -169,9 +169,11 @@ def post_training_json(e: PostTrainingEstimate) -> str:
 #: Colours of the phases' parts in the calculator's bars (the figures' palette).
 PART_COLORS = {"policy states": "blue", "policy parameters": "blue", "policy weights": "blue",
                "policy step": "blue", "reference weights": "orange",
-               "reward model weights": "red", "critic states": "purple",
+               "reward model weights": "gray", "critic states": "purple",
                "critic parameters": "purple", "critic step": "purple",
-               "rollout engine, awake": "green", "rollout engine, asleep": "green"}
+               "rollout engine, awake": "green", "rollout engine, asleep": "green",
+               "policy log-prob pass": "red", "reference log-prob pass": "red",
+               "reward pass": "red", "value pass": "red"}
 
 
 def render_post_training_page(e: PostTrainingEstimate) -> str:
