@@ -19,7 +19,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 from . import Diagram, Label
-from ...units import Bytes
 
 #: Each part's fill, by what it is: the trained models' states, frozen weights, the engine, the
 #: passes' working sets and the training steps
