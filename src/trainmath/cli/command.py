@@ -44,7 +44,7 @@ from ..checks.diagnosis import Diagnosis, diagnose
 from ..checks.loglines import read_log
 from ..checks.oom import read_oom
 from ..time.step import Overlap, Timing
-from .flags import PROG, UsageError, build_parser
+from .flags import PROG, UsageError, build_parser, flags_of
 
 if TYPE_CHECKING:
     from ..planner.suggest import Suggestions
@@ -85,14 +85,9 @@ _PRESET_FLAGS = {"finetune": "full", "lora_rank": None, "lora_targets": None, "l
 
 
 #: The post-training flags, with the value each has when not given (the others need
-#: --post-training).
-_POST_FLAGS = {"placement": "colocated", "prompt_len": 512, "response_len": 1024, "prompts": 1,
-               "group_size": None, "logprob_micro_batch": None, "rollout_gpus": None,
-               "reference": None, "reward_model": None, "offload_reference": False,
-               "offload_policy": False, "rollout_tp": 1, "gpu_memory_utilization": 0.9,
-               "rollout_weights": "bf16", "kv_cache_dtype": "auto", "block_size": 16,
-               "max_model_len": None, "max_num_seqs": 256, "max_num_batched_tokens": None,
-               "enforce_eager": False, "sleep_level": 0, "logprob_dtype": "fp32"}
+#: --post-training): the flag table's own defaults.
+_POST_FLAGS = {f.key: f.default for f in flags_of("estimate")
+               if f.group == "posttraining" and f.key != "post_training"}
 
 
 def _post_training(args: argparse.Namespace) -> PostTraining | None:

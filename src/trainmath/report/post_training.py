@@ -6,11 +6,11 @@ with vLLM's own start-up figures (:mod:`trainmath.runs.post_training`, :mod:`tra
 from __future__ import annotations
 
 import json
-import math
 
 from ..runs.post_training import ALGORITHMS, PLACEMENTS, PostTrainingEstimate
 from ..units import Bytes
-from .data import estimate_dict
+from .data import _whole as _bytes, estimate_dict
+from .facts import whole
 
 #: How each reference is described.
 REFERENCE_WORDS = {
@@ -21,13 +21,19 @@ REFERENCE_WORDS = {
 }
 
 
-def _whole(b: Bytes) -> Bytes:
-    return Bytes(math.ceil(b.n))
-
-
 def _amount(b: Bytes) -> str:
-    w = _whole(b)
+    w = whole(b)
     return f"{w.format('GB', 2):>10} {w.format('GiB', 2):>11}"
+
+
+def _verdict(e: PostTrainingEstimate, group: str) -> str:
+    """Whether the largest phase on ``group``, with the run's overhead, fits: the room to spare
+    or how far over, in GB."""
+    r = e.run
+    need = e.peak(group).total + r.overhead
+    if e.fits(group):
+        return f"yes, {whole(r.gpu.memory - need).format('GB', 2)} to spare"
+    return f"no, {whole(need - r.gpu.memory).format('GB', 2)} over"
 
 
 def render_post_training(e: PostTrainingEstimate) -> str:
@@ -61,12 +67,10 @@ def render_post_training(e: PostTrainingEstimate) -> str:
         lines.append(f"  {'peak: ' + top.name:<28}{_amount(top.total)}")
         fits = e.fits(group)
         if fits is not None:
-            cap = _whole(r.gpu.memory)
+            cap = whole(r.gpu.memory)
             extra = f" with --overhead {r.overhead.format('GiB', 2)}" if r.overhead.n else ""
-            need = top.total + r.overhead
-            verdict = (f"yes, {_whole(r.gpu.memory - need).format('GB', 2)} to spare" if fits
-                       else f"no, {_whole(need - r.gpu.memory).format('GB', 2)} over")
-            lines.append(f"  fits in {cap.format('GB', 2)} ({cap.format('GiB', 2)}){extra}: {verdict}")
+            lines.append(f"  fits in {cap.format('GB', 2)} ({cap.format('GiB', 2)}){extra}: "
+                         f"{_verdict(e, group)}")
     lines.extend(engine_lines(e))
     loss = (" with a cross-entropy loss (DPO's keeps 16-bit log-softmax rows instead: the "
             "training phase above)" if p.algorithm == "dpo" else "")
@@ -101,7 +105,7 @@ def engine_lines(e: PostTrainingEstimate) -> list[str]:
     if eng.sleep_level:
         lines.append(f"  {f'asleep (level {eng.sleep_level})':<28}{_amount(g.asleep(eng.sleep_level))}")
     lines.append(f"  KV cache: {kv.blocks:,} blocks × {eng.block_size} tokens = {kv.tokens:,} tokens "
-                 f"({_whole(kv.per_token).n:,} B per token); vLLM logs \"GPU KV cache size: "
+                 f"({whole(kv.per_token).n:,} B per token); vLLM logs \"GPU KV cache size: "
                  f"{kv.tokens:,} tokens\" and \"Maximum concurrency for {e.engine_len:,} tokens per "
                  f"request: {kv.concurrency:.2f}x\"")
     holds = e.kv_holds
@@ -118,9 +122,6 @@ def post_training_dict(e: PostTrainingEstimate) -> dict:
     """The estimate as plain data: whole bytes (rounded up), each phase by part."""
     p, r = e.post, e.run
 
-    def whole(b: Bytes) -> int:
-        return math.ceil(b.n)
-
     out = {
         "algorithm": p.algorithm, "placement": None if e.engine is None else p.placement,
         "reference": e.reference, "reward_model": p.has_reward_model(),
@@ -128,12 +129,12 @@ def post_training_dict(e: PostTrainingEstimate) -> dict:
         "prompt_len": p.prompt_len, "response_len": p.response_len, "seq_len": p.seq_len,
         "micro_batch_sequences": r.batch.micro_batch,
         "phases": [{"name": ph.name, "gpus": ph.gpus, "when": ph.when,
-                    "parts": {k: whole(v) for k, v in ph.as_dict().items()},
-                    "total_bytes": whole(ph.total)} for ph in e.phases],
-        "peak": {g: {"phase": e.peak(g).name, "bytes": whole(e.peak(g).total), "fits": e.fits(g)}
+                    "parts": {k: _bytes(v) for k, v in ph.as_dict().items()},
+                    "total_bytes": _bytes(ph.total)} for ph in e.phases],
+        "peak": {g: {"phase": e.peak(g).name, "bytes": _bytes(e.peak(g).total), "fits": e.fits(g)}
                  for g in e.groups},
-        "gpu_memory_bytes": None if r.gpu is None else whole(r.gpu.memory),
-        "overhead_bytes": whole(r.overhead),
+        "gpu_memory_bytes": None if r.gpu is None else _bytes(r.gpu.memory),
+        "overhead_bytes": _bytes(r.overhead),
         "engine": None,
         "policy": estimate_dict(e.policy),
         "derivations": [{"name": d.name, "formula": d.formula, "arithmetic": d.arithmetic}
@@ -147,12 +148,12 @@ def post_training_dict(e: PostTrainingEstimate) -> dict:
             "weights_format": eng.weights, "kv_dtype": eng.kv_dtype, "block_size": eng.block_size,
             "max_model_len": e.engine_len, "max_num_seqs": eng.max_num_seqs,
             "sleep_level": eng.sleep_level, "gpus": p.rollout_gpus or eng.tp,
-            "requested_bytes": whole(g.requested), "weights_bytes": whole(g.weights),
-            "activations_bytes": whole(g.activations), "non_torch_bytes": whole(g.non_torch),
-            "cuda_graphs_bytes": whole(g.cuda_graphs), "awake_bytes": whole(g.awake()),
-            "asleep_bytes": whole(g.asleep(eng.sleep_level)),
-            "kv_cache": {"available_bytes": whole(g.kv.available),
-                         "per_token_bytes": whole(g.kv.per_token), "blocks": g.kv.blocks,
+            "requested_bytes": _bytes(g.requested), "weights_bytes": _bytes(g.weights),
+            "activations_bytes": _bytes(g.activations), "non_torch_bytes": _bytes(g.non_torch),
+            "cuda_graphs_bytes": _bytes(g.cuda_graphs), "awake_bytes": _bytes(g.awake()),
+            "asleep_bytes": _bytes(g.idle()),
+            "kv_cache": {"available_bytes": _bytes(g.kv.available),
+                         "per_token_bytes": _bytes(g.kv.per_token), "blocks": g.kv.blocks,
                          "tokens": g.kv.tokens, "concurrency": round(g.kv.concurrency, 4)},
             "rollout_sequences": e.rollout_sequences, "kv_tokens_needed": e.kv_tokens_needed,
             "sequences_held": e.kv_holds,
@@ -190,12 +191,12 @@ def render_post_training_page(e: PostTrainingEstimate) -> str:
               f"{escape(PLACEMENTS[p.placement])}.") + "</p>",
            f"<p>Reference: {escape(REFERENCE_WORDS[e.reference])}. Sequences: prompt "
            f"{p.prompt_len:,} + response {p.response_len:,} = {p.seq_len:,} tokens.</p>"]
-    capacity = None if r.gpu is None else math.ceil(r.gpu.memory.n)
+    capacity = None if r.gpu is None else _bytes(r.gpu.memory)
     for group in e.groups:
         out.append(f"<h3>Each {escape(group)} GPU, phase by phase</h3>")
         for ph in (x for x in e.phases if x.gpus == group):
-            parts = {k: math.ceil(v.n) for k, v in ph.as_dict().items()}
-            total = _whole(ph.total)
+            parts = {k: _bytes(v) for k, v in ph.as_dict().items()}
+            total = whole(ph.total)
             alt = (f"{ph.name}: " + ", ".join(f"{k} {Bytes(v).format('GB', 2)}"
                                               for k, v in parts.items())
                    + (f"; the GPU holds {Bytes(capacity).format('GB', 2)}" if capacity else ""))
@@ -204,13 +205,11 @@ def render_post_training_page(e: PostTrainingEstimate) -> str:
                        f"{escape(ph.when)}.</p>{_bar(parts, capacity, alt, PART_COLORS)}")
         top, fits = e.peak(group), e.fits(group)
         if fits is not None:
-            need = top.total + r.overhead
-            words = (f"yes, {_whole(r.gpu.memory - need).format('GB', 2)} to spare" if fits
-                     else f"no, {_whole(need - r.gpu.memory).format('GB', 2)} over")
+            words = _verdict(e, group)
             out.append(f'<p class="tm-calc-fits" data-fits="{str(fits).lower()}">The '
                        f"largest phase is <strong>{escape(top.name)}</strong>, "
-                       f"{_whole(top.total).format('GB', 2)}; fits in "
-                       f"{_whole(r.gpu.memory).format('GB', 2)}: <strong>{words}</strong>."
+                       f"{whole(top.total).format('GB', 2)}; fits in "
+                       f"{whole(r.gpu.memory).format('GB', 2)}: <strong>{words}</strong>."
                        "</p>")
     lines = engine_lines(e)
     if lines:
@@ -230,7 +229,7 @@ def summarize_post_training(e: PostTrainingEstimate) -> str:
     """One line for the bar that stays in view: the largest phase per trainer GPU and the fit."""
     top = e.peak("trainer")
     text = (f"{e.post.algorithm.upper()}: largest phase {top.name}, "
-            f"{_whole(top.total).format('GB', 2)} per trainer GPU")
+            f"{whole(top.total).format('GB', 2)} per trainer GPU")
     fits = [e.fits(g) for g in e.groups]
     if fits[0] is not None:
         text += "; fits" if all(fits) else "; does not fit"

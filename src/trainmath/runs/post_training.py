@@ -43,6 +43,7 @@ from fractions import Fraction
 from ..derivations import Derivation, bytes_text
 from ..memory.post_training import (ALGORITHMS, LOGIT_DTYPES, PLACEMENTS, REFERENCES, critic_params,
                                      frozen_weights, logprob_pass)
+from ..memory.peak import Moment, StepPeak
 from ..memory.rollout import Engine, EngineMemory, engine_memory
 from ..memory.recipes import recipe
 from ..model.shape import modified, param_count
@@ -153,22 +154,16 @@ class PostTraining:
 
 
 @dataclass(frozen=True)
-class Phase:
-    """What one phase holds on one device of ``gpus`` ("trainer" or "rollout"), part by part."""
+class Phase(Moment):
+    """What one phase holds on one device of ``gpus`` ("trainer" or "rollout"), part by part: a
+    :class:`~trainmath.memory.peak.Moment` of the post-training step, named by its phase."""
 
-    name: str
-    gpus: str
-    when: str
-    parts: tuple[tuple[str, Bytes], ...]
+    gpus: str = "trainer"
 
     @property
-    def total(self) -> Bytes:
-        """Everything alive at the phase's peak."""
-        return sum((b for _, b in self.parts), Bytes(0))
-
-    def as_dict(self) -> dict[str, Bytes]:
-        """The parts by name, the zero ones left out."""
-        return {k: b for k, b in self.parts if b.n}
+    def name(self) -> str:
+        """The phase: one of :data:`PHASES`."""
+        return self.phase
 
 
 @dataclass(frozen=True)
@@ -206,11 +201,7 @@ class PostTrainingEstimate:
         if not mine:
             raise ValueError(f"no phase on the {gpus} GPUs; accepted: "
                              + ", ".join(sorted({p.gpus for p in self.phases})))
-        best = mine[0]
-        for p in mine[1:]:
-            if p.total > best.total:
-                best = p
-        return best
+        return StepPeak(tuple(mine)).peak
 
     @property
     def engine_len(self) -> int:
@@ -316,9 +307,8 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
         per_seq = -(-post.seq_len // eng.block_size) * eng.block_size
         needed = sequences * per_seq
     colocated = engine is not None and post.placement == "colocated"
-    level = 0 if engine is None else post.engine.sleep_level
-    residue = (("rollout engine, asleep" if level else "rollout engine, awake",
-                engine.asleep(level) if level else engine.awake()),) if colocated else ()
+    residue = (("rollout engine, asleep" if engine.sleep_level else "rollout engine, awake",
+                engine.idle()),) if colocated else ()
 
     phases = []
     if engine is not None:
@@ -329,26 +319,26 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
                 ("critic states", Bytes(0) if moved else critic_states))
         awake = (("rollout engine, awake", engine.awake()),)
         if colocated:
-            phases.append(Phase("generation", "trainer", "the engine generates the rollout",
+            phases.append(Phase("generation", "the engine generates the rollout",
                                 (*held, *awake)))
         else:
-            phases.append(Phase("generation", "rollout", "the engine on its own GPUs",
-                                awake))
+            phases.append(Phase("generation", "the engine on its own GPUs", awake,
+                                gpus="rollout"))
     passes = _passes(trained, post, reference, dpo)
     largest = max(passes, key=lambda p: p[1].n)
     if dpo and reference == "precomputed":
-        phases.append(Phase("reference log-probs", "trainer", "before training: the policy at "
+        phases.append(Phase("reference log-probs", "before training: the policy at "
                             "step 0 reads the dataset once (no optimizer states yet)",
                             (("policy weights", policy.device.weights), largest)))
     elif dpo:
-        phases.append(Phase("reference log-probs", "trainer", "the reference reads the chosen "
+        phases.append(Phase("reference log-probs", "the reference reads the chosen "
                             "and rejected answers, no gradients",
                             (("policy states", policy_states), *frozen, largest)))
     else:  # verl's offload loads only the parameters back for a log-prob pass
         loaded = policy.device.weights + policy.device.master_weights
         critic_loaded = (Bytes(0) if critic is None else
                          critic.device.weights + critic.device.master_weights)
-        phases.append(Phase("log-probs", "trainer", "no-grad passes of "
+        phases.append(Phase("log-probs", "no-grad passes of "
                             + ", ".join(name for name, _ in passes) + "; the largest counted"
                             + ("; the trained models' parameters loaded back, their gradients "
                                "and optimizer states still offloaded" if post.offload_policy else ""),
@@ -362,12 +352,12 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
     if dpo:
         step, when = _dpo_step(policy, post, largest[1] if reference in ("model", "adapter")
                                else Bytes(0))
-    phases.append(Phase("training", "trainer", when,
+    phases.append(Phase("training", when,
                         (("policy step", step), ("reference weights", ref_in_training),
                          ("reward model weights", reward), ("critic states", critic_states),
                          *residue)))
     if critic is not None:
-        phases.append(Phase("critic training", "trainer", f"the critic's step at its peak "
+        phases.append(Phase("critic training", f"the critic's step at its peak "
                             f"({critic.peak.phase})",
                             (("critic step", _without_logits(critic)), ("policy states", policy_states),
                              ("reference weights", ref_in_training), ("reward model weights", reward),

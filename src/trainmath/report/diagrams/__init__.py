@@ -173,6 +173,13 @@ class Diagram:
         self._parts.append(f'<path d="{d}" fill="{_fill(fill)}" stroke="currentColor" '
                            f'stroke-width="{_n(width)}"{dash}/>')
 
+    def legend(self, x: float, y: float, items, *, pitch: float = 135) -> None:
+        """A key of coloured squares, three to a row ``pitch`` apart: ``items`` are (name, fill)."""
+        for j, (name, fill) in enumerate(items):
+            cx, cy = x + (j % 3) * pitch, y + (j // 3) * 20
+            self.rect(cx, cy - 6, 12, 12, fill)
+            self.text(cx + 17, cy, name, anchor="start", size=12)
+
     # -- output -------------------------------------------------------------------------------
     @property
     def numbers(self) -> list[Label]:

@@ -128,10 +128,7 @@ def where_memory_goes(estimates: dict) -> Diagram:
         d.text(min(x + 4, 400), y + 4, Label(totals[name].format("GB", 1), totals[name]),
                anchor="end" if x + 4 > 340 else "start", size=12)
     y = 20 + step * len(rows)
-    for j, (part, fill) in enumerate(PARTS):
-        cx, cy = 20 + (j % 3) * 135, y + (j // 3) * 20
-        d.rect(cx, cy - 6, 12, 12, fill)
-        d.text(cx + 17, cy, part, anchor="start", size=12)
+    d.legend(20, y, PARTS)
     return d
 
 

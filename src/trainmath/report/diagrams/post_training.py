@@ -71,10 +71,7 @@ def phases(e, gpus: str = "trainer") -> Diagram:
         d.text(xm, 10, Label(f"GPU {memory.format('GB', 1)}", memory,
                              claim=memory.format("GB", 1)), size=11)
     y = 34 + step * len(mine)
-    for j, (name, fill) in enumerate(LEGEND):
-        cx, cy = 14 + (j % 3) * 136, y + (j // 3) * 20
-        d.rect(cx, cy - 6, 12, 12, fill)
-        d.text(cx + 17, cy, name, anchor="start", size=12)
+    d.legend(14, y, LEGEND, pitch=136)
     return d
 
 
