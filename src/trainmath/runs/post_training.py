@@ -135,6 +135,12 @@ class PostTraining:
         return self.prompt_len + self.response_len
 
     @property
+    def engine_len(self) -> int:
+        """The engine's max_model_len as applied: as given, else prompt and response (as TRL and
+        verl set it)."""
+        return self.engine.max_model_len or self.seq_len
+
+    @property
     def generations(self) -> int:
         """Completions per prompt: ``group_size`` for GRPO (default 8), 1 otherwise."""
         if self.algorithm != "grpo":
@@ -205,9 +211,8 @@ class PostTrainingEstimate:
 
     @property
     def engine_len(self) -> int:
-        """The engine's max_model_len as applied: as given, else prompt and response (as TRL and
-        verl set it)."""
-        return self.post.engine.max_model_len or self.post.seq_len
+        """The engine's max_model_len as applied (:attr:`PostTraining.engine_len`)."""
+        return self.post.engine_len
 
     @property
     def kv_holds(self) -> int | None:
@@ -299,9 +304,7 @@ def post_training_estimate(run: Run, post: PostTraining) -> PostTrainingEstimate
     engine = None
     sequences = needed = 0
     if not dpo:
-        eng = post.engine
-        if eng.max_model_len is None:
-            eng = replace(eng, max_model_len=post.seq_len)
+        eng = replace(post.engine, max_model_len=post.engine_len)
         engine = engine_memory(shape, eng, gpu_total=run.gpu.memory)
         sequences = min(post.prompts * post.generations, eng.max_num_seqs)
         per_seq = -(-post.seq_len // eng.block_size) * eng.block_size
